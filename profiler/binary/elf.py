@@ -1,0 +1,182 @@
+"""One ELF file, opened once and queried by section or by stated address (svma). No pid anywhere.
+
+pyelftools parses the headers; section and segment bytes are sliced from an ``mmap`` of the file, so large
+tables (``.symtab``, ``.eh_frame``) are never copied just to be read by numpy. A file that fails to parse
+raises ``BinaryError`` for that module only.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from profiler.errors import BinaryError
+
+PT_LOAD = "PT_LOAD"
+PF_X = 1
+NT_GNU_BUILD_ID = "NT_GNU_BUILD_ID"
+
+
+@dataclass(frozen=True)
+class LoadSegment:
+    """A PT_LOAD program header (ELF gABI, "Program Header")."""
+
+    p_offset: int
+    p_vaddr: int
+    p_filesz: int
+    p_memsz: int
+    p_flags: int
+
+    @property
+    def executable(self) -> bool:
+        return bool(self.p_flags & PF_X)
+
+
+@dataclass(frozen=True)
+class SectionInfo:
+    name: str
+    sh_type: str
+    sh_addr: int
+    sh_offset: int
+    sh_size: int
+    sh_link: int
+    sh_entsize: int
+
+
+class ElfFile:
+    """Headers, sections and segments of one ELF image, from a file path or from bytes (the vdso)."""
+
+    def __init__(self, path: str, data: bytes | None = None, display_path: str | None = None) -> None:
+        self.path = display_path or path
+        self._file = None
+        try:
+            if data is None:
+                self._file = open(path, "rb")
+                size = os.fstat(self._file.fileno()).st_size
+                if size == 0:
+                    raise BinaryError(f"{self.path}: empty file, not an ELF image")
+                self.data: bytes | mmap.mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            else:
+                self.data = data
+            self._elf = ELFFile(io.BytesIO(self.data) if isinstance(self.data, bytes) else self._file)
+            self.machine: str = self._elf["e_machine"]
+            self.elfclass: int = self._elf.elfclass
+            self.e_type: str = self._elf["e_type"]
+            self.sections: dict[str, SectionInfo] = {}
+            self._section_names_by_index: list[str] = []
+            for section in self._elf.iter_sections():
+                header = section.header
+                self._section_names_by_index.append(section.name)
+                self.sections.setdefault(
+                    section.name,
+                    SectionInfo(
+                        section.name,
+                        header["sh_type"],
+                        header["sh_addr"],
+                        header["sh_offset"],
+                        header["sh_size"],
+                        header["sh_link"],
+                        header["sh_entsize"],
+                    ),
+                )
+            self.load_segments = [
+                LoadSegment(
+                    seg["p_offset"], seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"], seg["p_flags"]
+                )
+                for seg in self._elf.iter_segments()
+                if seg["p_type"] == PT_LOAD
+            ]
+            self.build_id = self._read_build_id()
+        except (ELFError, struct.error, ValueError, OSError, IndexError, KeyError, AssertionError) as e:
+            self.close()
+            if isinstance(e, FileNotFoundError):
+                raise BinaryError(f"{self.path}: file not found") from e
+            raise BinaryError(f"{self.path}: not a readable ELF file ({e})") from e
+
+    # --- identity ---------------------------------------------------------------------------------------
+
+    def _read_build_id(self) -> str | None:
+        for seg in self._elf.iter_segments():
+            if seg["p_type"] != "PT_NOTE":
+                continue
+            for note in seg.iter_notes():
+                if note["n_type"] == NT_GNU_BUILD_ID:
+                    return str(note["n_desc"])
+        return None
+
+    @property
+    def debuglink(self) -> tuple[str, int] | None:
+        """``.gnu_debuglink``: the separate debug file's name and its CRC32 (GDB manual, "Debugging
+        Information in Separate Files")."""
+        view = self.section_data(".gnu_debuglink")
+        if not view:
+            return None
+        data = bytes(view)
+        name_end = data.find(b"\0")
+        if name_end <= 0:
+            return None
+        crc_at = (name_end + 4) & ~3
+        if crc_at + 4 > len(data):
+            return None
+        (crc,) = struct.unpack_from("<I", data, crc_at)
+        return data[:name_end].decode("utf-8", "replace"), crc
+
+    # --- bytes ------------------------------------------------------------------------------------------
+
+    def section_data(self, name: str) -> memoryview | None:
+        """The bytes of a section as stored in the file; None if absent or NOBITS."""
+        info = self.sections.get(name)
+        if info is None or info.sh_type == "SHT_NOBITS":
+            return None
+        end = info.sh_offset + info.sh_size
+        if end > len(self.data):
+            raise BinaryError(f"{self.path}: section {name} runs past the end of the file")
+        return memoryview(self.data)[info.sh_offset : end]
+
+    def section_name(self, index: int) -> str | None:
+        if 0 <= index < len(self._section_names_by_index):
+            return self._section_names_by_index[index]
+        return None
+
+    def read_svma(self, svma: int, size: int) -> bytes:
+        """Bytes the file places at stated address ``svma`` (empty where the segment has no file bytes)."""
+        for seg in self.load_segments:
+            if seg.p_vaddr <= svma < seg.p_vaddr + seg.p_filesz:
+                start = seg.p_offset + (svma - seg.p_vaddr)
+                end = min(start + size, seg.p_offset + seg.p_filesz, len(self.data))
+                return bytes(self.data[start:end])
+        return b""
+
+    # --- placement --------------------------------------------------------------------------------------
+
+    def bias_for(self, map_start: int, map_offset: int) -> int | None:
+        """Load bias (avma - svma) of a mapping that maps this file from ``map_offset`` at ``map_start``.
+
+        The mapping's file offset falls inside one PT_LOAD segment's file range; file offset ``o`` of that
+        segment is stated address ``p_vaddr + (o - p_offset)``.
+        """
+        for seg in self.load_segments:
+            page_offset = seg.p_offset & ~0xFFF
+            if page_offset <= map_offset < seg.p_offset + max(seg.p_filesz, 1):
+                return map_start - map_offset + seg.p_offset - seg.p_vaddr
+        return None
+
+    def executable_ranges(self) -> list[tuple[int, int]]:
+        """svma ranges of executable PT_LOAD segments."""
+        return [(s.p_vaddr, s.p_vaddr + s.p_memsz) for s in self.load_segments if s.executable]
+
+    def close(self) -> None:
+        if isinstance(getattr(self, "data", None), mmap.mmap):
+            try:
+                self.data.close()
+            except BufferError:
+                pass  # numpy views of the map are still alive; the map closes when they do
+        if self._file is not None:
+            self._file.close()
+            self._file = None

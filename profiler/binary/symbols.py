@@ -1,0 +1,126 @@
+"""ELF symbol tables as numpy columns: built with one ``np.frombuffer`` over the section bytes, looked up with
+``searchsorted``. pyelftools' ``get_symbol`` parses one symbol per call, far too slow for libxul-sized tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from profiler.binary.elf import ElfFile
+
+# ELF gABI, "Symbol Table": Elf64_Sym
+ELF64_SYM = np.dtype(
+    [
+        ("st_name", "<u4"),
+        ("st_info", "u1"),
+        ("st_other", "u1"),
+        ("st_shndx", "<u2"),
+        ("st_value", "<u8"),
+        ("st_size", "<u8"),
+    ]
+)
+STT_OBJECT = 1
+STT_FUNC = 2
+STT_GNU_IFUNC = 10
+STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
+SHN_UNDEF = 0
+
+#: When several symbols share an address (libc's ``write``/``__write``/``__libc_write``), prefer the
+#: exported names a user would search for.
+_BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bind: GLOBAL, WEAK, LOCAL, other
+
+
+class SymbolTable:
+    """Function symbols of one file, sorted by address, plus name lookup of any defined symbol."""
+
+    def __init__(self, syms: np.ndarray, strtab: bytes, source: str) -> None:
+        self.source = source  #: ".symtab", ".dynsym" or the debug file it came from
+        self._strtab = strtab
+        self._all = syms[(syms["st_shndx"] != SHN_UNDEF) & (syms["st_value"] != 0)]
+        kind = syms["st_info"] & 0xF
+        funcs = syms[
+            ((kind == STT_FUNC) | (kind == STT_GNU_IFUNC))
+            & (syms["st_shndx"] != SHN_UNDEF)
+            & (syms["st_value"] != 0)
+        ]
+        rank = _BIND_RANK[funcs["st_info"] >> 4]
+        order = np.lexsort((rank, funcs["st_value"]))
+        funcs = funcs[order]
+        # keep the best-ranked symbol at each address
+        if len(funcs):
+            first = np.ones(len(funcs), dtype=bool)
+            first[1:] = funcs["st_value"][1:] != funcs["st_value"][:-1]
+            funcs = funcs[first]
+        self.addrs: np.ndarray = np.ascontiguousarray(funcs["st_value"], dtype=np.uint64)
+        self.sizes: np.ndarray = np.ascontiguousarray(funcs["st_size"], dtype=np.uint64)
+        self._names: np.ndarray = np.ascontiguousarray(funcs["st_name"])
+        # the end of a size-0 symbol (assembly labels) is the next symbol's start
+        next_start = np.empty_like(self.addrs)
+        if len(self.addrs):
+            next_start[:-1] = self.addrs[1:]
+            next_start[-1] = np.iinfo(np.uint64).max
+        self.ends = np.where(self.sizes > 0, self.addrs + self.sizes, next_start)
+        self._by_name: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.addrs)
+
+    def _name_at(self, offset: int) -> str:
+        end = self._strtab.find(b"\0", offset)
+        return self._strtab[offset : end if end >= 0 else len(self._strtab)].decode("utf-8", "replace")
+
+    def lookup_many(self, svmas: np.ndarray) -> list[tuple[str, int, int] | None]:
+        """For each address: (name, function start, function end), or None if no function covers it."""
+        q = np.asarray(svmas, dtype=np.uint64)
+        idx = np.searchsorted(self.addrs, q, side="right").astype(np.int64) - 1
+        out: list[tuple[str, int, int] | None] = []
+        for i, addr in zip(idx.tolist(), q.tolist()):
+            if i >= 0 and addr < int(self.ends[i]):
+                out.append((self._name_at(int(self._names[i])), int(self.addrs[i]), int(self.ends[i])))
+            else:
+                out.append(None)
+        return out
+
+    def lookup(self, svma: int) -> tuple[str, int, int] | None:
+        return self.lookup_many(np.array([svma], dtype=np.uint64))[0]
+
+    def address_of(self, name: str) -> tuple[int, int] | None:
+        """(st_value, st_size) of a defined symbol of any type, e.g. a data object like ``_PyRuntime``."""
+        if self._by_name is None:
+            self._by_name = {}
+        hit = self._by_name.get(name)
+        if hit is not None:
+            row = self._all[hit]
+            return int(row["st_value"]), int(row["st_size"])
+        # String tables share suffixes ("malloc" may be the tail of "__libc_malloc"), so any occurrence of
+        # the name followed by NUL is a candidate st_name offset.
+        needle = name.encode() + b"\0"
+        offsets = []
+        at = self._strtab.find(needle)
+        while at >= 0:
+            offsets.append(at)
+            at = self._strtab.find(needle, at + 1)
+        for off in offsets:
+            rows = np.nonzero(self._all["st_name"] == off)[0]
+            if len(rows):
+                self._by_name[name] = int(rows[0])
+                row = self._all[rows[0]]
+                return int(row["st_value"]), int(row["st_size"])
+        return None
+
+
+def load_symbols(elf: ElfFile) -> SymbolTable | None:
+    """``.symtab`` if present (it has the static functions), else ``.dynsym``; None if neither."""
+    for name in (".symtab", ".dynsym"):
+        info = elf.sections.get(name)
+        if info is None or info.sh_type == "SHT_NOBITS":
+            continue
+        data = elf.section_data(name)
+        strtab_name = elf.section_name(info.sh_link)
+        strtab = elf.section_data(strtab_name) if strtab_name else None
+        if data is None or strtab is None:
+            continue
+        count = len(data) // ELF64_SYM.itemsize
+        syms = np.frombuffer(data, dtype=ELF64_SYM, count=count)
+        return SymbolTable(syms.copy(), bytes(strtab), name)
+    return None

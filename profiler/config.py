@@ -1,0 +1,39 @@
+"""Frozen settings for the sampler, the unwinders and the exporters. No argparse here: the CLI and the
+daemon both build these."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class CapturePriority(enum.Enum):
+    """Scheduling policy of the sampler while it captures a tick.
+
+    ``../shared/reference/ptrace-costs.md`` section 3: when the target has more runnable threads than CPUs, a
+    sampler at normal priority is preempted mid-resume-loop and the threads not yet resumed stay stopped a
+    whole scheduler tick (p90 3.9 ms). Under SCHED_FIFO the p90 was 118-142 us.
+    """
+
+    NORMAL = "normal"  #: never change the policy
+    FIFO = "fifo"  #: SCHED_FIFO for every capture, when permitted
+    AUTO = "auto"  #: SCHED_FIFO only for ticks that stop more threads than there are CPUs
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    rate: float = 100.0  #: samples per second per thread (py-spy's default)
+    duration: float | None = None  #: seconds; None runs until Ctrl-C or the target exits
+    stack_bytes: int = 64 * 1024  #: stack window copied per sample, cut at the end of the stack mapping
+    native: bool = True  #: copy and unwind native stacks
+    idle: bool = False  #: keep idle samples in outputs (they are always recorded in the session)
+    max_frames: int = 2048  #: depth limit of one native walk
+    capture_priority: CapturePriority = CapturePriority.AUTO
+    #: a due thread that has not reported its stop this long after the interrupt is counted late; its
+    #: stop is still collected and resumed whenever it arrives.
+    stop_deadline: float = 0.25
+    #: Interrupt threads that are asleep in the kernel to get their exact current stack. Off by default:
+    #: some syscalls (epoll_wait, semop, sigtimedwait...) return EINTR to the target after any ptrace stop
+    #: (signal(7), "Interruption of system calls ... by stop signals"), so nprof leaves sleeping threads
+    #: alone unless their idle stacks were asked for.
+    interrupt_sleeping: bool = False

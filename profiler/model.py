@@ -1,0 +1,165 @@
+"""Value types shared by every room of the engine.
+
+Address vocabulary (the same as framehop/samply use):
+
+* **avma** -- *actual* virtual memory address: where a byte lives in the target process right now.
+* **svma** -- *stated* virtual memory address: the address the ELF file's own headers, symbol tables and
+  CFI use. ``avma = svma + load bias``.
+* **rel** -- the address a module's tables are keyed by. For ELF modules this is the svma; for modules
+  without a file (anonymous or JIT code) it is the offset from the start of the mapping.
+
+A sample stores ``(module id, rel)`` pairs, never names: names are resolved once per unique address at the
+end (DESIGN.md section 2, rule 2).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import NamedTuple, NewType
+
+Avma = NewType("Avma", int)
+Svma = NewType("Svma", int)
+
+# --- x86-64 registers, numbered as the DWARF x86-64 psABI does (System V AMD64 ABI, table 3.36) ---------
+# CFI rules name registers by these numbers, so the unwinders keep register sets as lists indexed by them.
+DW_RAX, DW_RDX, DW_RCX, DW_RBX, DW_RSI, DW_RDI, DW_RBP, DW_RSP = range(8)
+DW_R8, DW_R9, DW_R10, DW_R11, DW_R12, DW_R13, DW_R14, DW_R15 = range(8, 16)
+DW_RA = 16  # the "return address" column; holds rip in a register set
+NUM_DWARF_REGS = 17
+DWARF_REG_NAMES = (
+    "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
+    "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
+)  # fmt: skip
+
+#: A register set indexed by DWARF number; ``None`` marks a value the unwinder could not recover.
+RegisterSet = list
+
+
+class StopReason(enum.IntEnum):
+    """Why a native stack walk ended. Stored per sample, so a profile shows how complete its stacks are."""
+
+    END_OF_STACK = 0  #: reached the outermost frame (return address undefined or zero, or rbp chain ended)
+    NO_UNWIND_INFO = 1  #: the module holding pc has neither CFI nor a usable frame pointer
+    WINDOW_EXHAUSTED = 2  #: the next frame lies above the copied stack window (raise --stack-bytes)
+    PC_OUTSIDE_MODULE = 3  #: pc is not inside any executable mapping
+    NO_PROGRESS = 4  #: the stack pointer did not increase, so walking on could loop forever
+    DEPTH_LIMIT = 5  #: max_frames frames were produced
+    BAD_FRAME = 6  #: a saved frame pointer or return address failed validation (alignment, range)
+    NO_STACK_COPY = 7  #: the stack could not be copied (thread gone, unreadable, or --no-native)
+    REUSED = 8  #: the stack is a reused copy of an idle thread's previous sample
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", " ")
+
+
+class UnwindMethod(enum.IntEnum):
+    """How a frame was produced; kept per frame so suspicious stacks can be explained."""
+
+    IP = 0  #: the innermost frame, from the instruction pointer
+    FRAME_POINTER = 1  #: from the rbp chain
+    PROLOGUE = 2  #: innermost-frame return address found by prologue analysis (function has no rbp frame yet)
+    CFI = 3  #: from DWARF call frame information
+    SCAN = 4  #: from a disassembler-validated stack scan
+    SIGNAL = 5  #: the interrupted pc restored from a signal frame
+
+
+class SampleClass(enum.IntEnum):
+    """What the thread was doing when sampled. Idle classes are hidden unless ``--idle`` is given."""
+
+    RUNNING = 0  #: on CPU or runnable
+    IDLE = 1  #: had not run since its previous sample; that sample's stack was reused without stopping it
+    BLOCKED = 2  #: sleeping in the kernel (blocking syscall) at the time of the sample
+    GIL_WAIT = 3  #: runnable but waiting for a managed runtime's global lock
+
+    @property
+    def is_idle(self) -> bool:
+        return self in (SampleClass.IDLE, SampleClass.BLOCKED)
+
+
+class FrameKind(enum.IntEnum):
+    """The kinds of frame a stack can hold; the frame table keys on (kind, module, address)."""
+
+    NATIVE = 0  #: (module id, rel address)
+    RUNTIME = 1  #: a managed frame from an agent: (agent id, code key, instruction offset)
+    SYNTHETIC = 2  #: a label made by nprof itself, e.g. "[truncated]" or a thread root
+
+
+class NativeFrame(NamedTuple):
+    """One native frame.
+
+    ``rel`` is the module-relative address symbolization should use: the pc for the innermost frame (and
+    for a frame interrupted by a signal), and ``return address - 1`` for callers, so that a call that is
+    the last instruction of a function is attributed to that function and not to the next one.
+    ``module`` is -1 when the address is outside every known module; ``rel`` is then the avma.
+    """
+
+    module: int
+    rel: int
+    avma: int
+    method: UnwindMethod
+
+
+class RuntimeFrame(NamedTuple):
+    """One managed-runtime frame as an agent decodes it, innermost first.
+
+    ``code`` identifies the code object (e.g. a CPython code object's address, validated by the agent),
+    ``offset`` the instruction within it. ``entry`` marks the first frame of a native eval-loop
+    activation, where the merge attaches a group of runtime frames to an anchor native frame.
+    """
+
+    code: int
+    offset: int
+    entry: bool
+    shim: bool = False
+
+
+@dataclass(frozen=True)
+class Module:
+    """A mapped object file (or file-less code region) in the target, as the sample tables refer to it."""
+
+    id: int
+    path: str  #: path as the target sees it (its mount namespace); "[vdso]", "[anon:...]" for file-less
+    build_id: str | None
+    start: int  #: lowest avma of the module's mappings
+    end: int
+    bias: int  #: avma - svma
+    file_backed: bool = True
+
+
+@dataclass
+class ThreadSnapshot:
+    """What was copied from one stopped thread: the input of every unwinder and agent, after resume.
+
+    ``stack`` holds the bytes of ``[stack_base, stack_base + len(stack))`` as they were at the stop.
+    """
+
+    tid: int
+    time: float  #: monotonic seconds at the stop
+    regs: RegisterSet  #: DWARF-numbered register values
+    fs_base: int
+    orig_rax: int  #: syscall number if the thread was stopped inside a syscall, else -1
+    stack_base: int
+    stack: memoryview | bytes
+    sample_class: SampleClass = SampleClass.RUNNING
+    agent_data: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class UnwoundStack:
+    """Native frames innermost first, and why the walk ended."""
+
+    frames: list[NativeFrame]
+    stop: StopReason
+
+
+@dataclass(frozen=True)
+class FrameInfo:
+    """What a frame is called, resolved once per unique frame at the end of a recording."""
+
+    name: str
+    file: str | None = None
+    line: int | None = None
+    module: str | None = None  #: short module name, e.g. "libc.so.6" or "python3.12"
+    inlined: bool = False  #: an inlined function expanded from its caller's address

@@ -1,0 +1,48 @@
+"""The agent protocol: how a managed runtime (CPython, a JIT with perf maps) teaches the engine its frames.
+
+DESIGN.md section 4. The engine never imports a concrete agent; ``cli`` and ``daemon`` pass instances in.
+The split matters for the target: ``capture`` runs while the thread is stopped and must only copy bytes;
+``frames`` and ``describe`` run after it has been resumed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
+
+if TYPE_CHECKING:
+    from profiler.target.process import TargetProcess
+
+
+@runtime_checkable
+class AgentSession(Protocol):
+    """One agent attached to one process."""
+
+    #: short name used in frame keys and session files, e.g. "cpython"
+    name: str
+
+    def capture(self, tid: int, regs: object) -> object | None:
+        """Copy what decoding needs from the stopped thread ``tid``: syscalls only, no decoding.
+
+        ``regs`` is the thread's ``user_regs_struct`` (python-ptrace), valid only during this call; an agent
+        reads the few fields it needs (``fs_base`` maps a thread to a CPython thread state before 3.11).
+        """
+
+    def frames(self, capture: object) -> list[RuntimeFrame]:
+        """Decode a capture into runtime frames, innermost first (after the thread was resumed)."""
+
+    def is_anchor(self, frame: NativeFrame) -> bool:
+        """True for the native frames runtime frames attach to (e.g. ``_PyEval_EvalFrameDefault``)."""
+
+    def describe(self, frame: RuntimeFrame) -> FrameInfo:
+        """Name, file and line of a runtime frame; called once per unique frame, at export."""
+
+
+class Agent(Protocol):
+    """A factory that recognises its runtime in a process."""
+
+    name: str
+
+    def detect(self, process: TargetProcess) -> AgentSession | None:
+        """Return a session if the runtime is present, None if not. Raise only for setup failures."""

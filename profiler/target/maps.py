@@ -1,0 +1,94 @@
+"""The target's address space from /proc/PID/maps: mappings, and lookups of an address in them."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from profiler.target.procfs import read_text
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str  #: e.g. "r-xp"
+    offset: int  #: file offset of ``start``
+    inode: int
+    path: str  #: "" for anonymous; "[stack]", "[vdso]", ... for kernel-named regions
+
+    @property
+    def executable(self) -> bool:
+        return self.perms[2] == "x"
+
+    @property
+    def readable(self) -> bool:
+        return self.perms[0] == "r"
+
+    @property
+    def file_backed(self) -> bool:
+        return self.inode != 0 and self.path.startswith("/")
+
+    @property
+    def deleted(self) -> bool:
+        return self.path.endswith(" (deleted)")
+
+    def contains(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    mappings = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5:
+            continue
+        start, _, end = parts[0].partition("-")
+        mappings.append(
+            Mapping(
+                start=int(start, 16),
+                end=int(end, 16),
+                perms=parts[1],
+                offset=int(parts[2], 16),
+                inode=int(parts[4]),
+                path=parts[5].strip() if len(parts) > 5 else "",
+            )
+        )
+    return mappings
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    text = read_text(f"/proc/{pid}/maps")
+    return parse_maps(text) if text else []
+
+
+class MappingIndex:
+    """Sorted mappings with O(log n) lookup of the one containing an address."""
+
+    def __init__(self, mappings: list[Mapping]) -> None:
+        self.mappings = sorted(mappings, key=lambda m: m.start)
+        self._starts = [m.start for m in self.mappings]
+
+    def find(self, addr: int) -> Mapping | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0:
+            m = self.mappings[i]
+            if addr < m.end:
+                return m
+        return None
+
+    def region_end(self, addr: int) -> int | None:
+        """End of the run of contiguous readable mappings holding ``addr``.
+
+        A thread's stack window is cut here: glibc thread stacks are one mapping with a guard page below,
+        and the main thread's "[stack]" is one mapping, so this is the top of the stack.
+        """
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0 or addr >= self.mappings[i].end or not self.mappings[i].readable:
+            return None
+        end = self.mappings[i].end
+        for m in self.mappings[i + 1 :]:
+            if m.start != end or not m.readable or m.path != self.mappings[i].path:
+                break
+            end = m.end
+        return end

@@ -1,0 +1,85 @@
+"""Why an attach was refused, in words a user can act on.
+
+ptrace(2) "Ptrace access mode checking" lists the rules: same uid (or CAP_SYS_PTRACE), the target dumpable,
+Yama's ptrace_scope, and only one tracer per thread. Containers add a missing CAP_SYS_PTRACE.
+"""
+
+from __future__ import annotations
+
+import os
+
+from profiler.errors import PermissionDenied
+from profiler.target import procfs
+
+CAP_SYS_PTRACE = 19  # linux/capability.h
+
+_SCOPE_TEXT = {
+    1: "kernel.yama.ptrace_scope is 1, so only a process's ancestors may trace it",
+    2: "kernel.yama.ptrace_scope is 2, so only processes with CAP_SYS_PTRACE may trace",
+    3: "kernel.yama.ptrace_scope is 3, so no process may attach with ptrace until reboot",
+}
+
+
+def has_cap_sys_ptrace() -> bool:
+    text = procfs.read_text("/proc/self/status") or ""
+    for line in text.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    return False
+
+
+def ptrace_scope() -> int | None:
+    text = procfs.read_text("/proc/sys/kernel/yama/ptrace_scope")
+    return int(text) if text and text.strip().isdigit() else None
+
+
+def in_container() -> bool:
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    cgroup = procfs.read_text("/proc/1/cgroup") or ""
+    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "libpod", "lxc"))
+
+
+def diagnose_attach_failure(pid: int, err: int) -> PermissionDenied:
+    """Build the error for a refused PTRACE_SEIZE on ``pid`` (errno ``err``)."""
+    status = procfs.read_status(pid)
+    name = status.name if status else "?"
+    reasons: list[str] = []
+    if status is not None and status.tracer_pid:
+        tracer = procfs.read_comm(status.tracer_pid) or "?"
+        reasons.append(
+            f"it is already being traced by pid {status.tracer_pid} ({tracer}); a thread can have only one "
+            "tracer, so stop that debugger or profiler first"
+        )
+    my_uid = os.geteuid()
+    capable = has_cap_sys_ptrace()
+    if status is not None and status.uid != my_uid and not capable:
+        reasons.append(
+            f"it belongs to uid {status.uid} and you are uid {my_uid}; run nprof as that user or as root "
+            "(sudo)"
+        )
+    scope = ptrace_scope()
+    if scope in _SCOPE_TEXT and not (scope in (1, 2) and capable):
+        reasons.append(
+            _SCOPE_TEXT[scope]
+            + "; run nprof with sudo (or grant it CAP_SYS_PTRACE), or lower the setting with "
+            "`sudo sysctl kernel.yama.ptrace_scope=0`"
+        )
+    if not capable and not reasons:
+        reasons.append(
+            "the process may be non-dumpable (setuid, or it called prctl(PR_SET_DUMPABLE, 0)); only a "
+            "tracer with CAP_SYS_PTRACE may attach to it, so run nprof with sudo"
+        )
+    if in_container():
+        reasons.append(
+            "nprof runs in a container, which needs the capability: start it with "
+            "`docker run --cap-add SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])"
+        )
+    if not reasons:
+        reasons.append(
+            "a security module (SELinux, AppArmor, seccomp) may forbid ptrace here; check the audit log"
+        )
+    return PermissionDenied(
+        f"Permission denied attaching to process {pid} ({name}) with ptrace ({os.strerror(err)}):",
+        "; ".join(reasons) + ".",
+    )

@@ -1,0 +1,110 @@
+"""A target process: identity checks before attaching, memory reads, and paths in its mount namespace."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+
+from profiler.errors import NoSuchProcess, TargetError
+from profiler.target import procfs
+from profiler.target.maps import Mapping, MappingIndex, read_maps
+from profiler.target.ptrace import StackReader
+
+EM_X86_64 = 62  # ELF gABI e_machine
+_EI_CLASS_64 = 2
+_MACHINE_NAMES = {3: "i386", 40: "ARM", 183: "AArch64", 243: "RISC-V", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64"}
+
+
+class TargetProcess:
+    """One process nprof samples. Construction validates that it can be profiled at all."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._check_exists()
+        self._check_kernel_thread()
+        self._check_architecture()
+        self.cmdline = procfs.read_cmdline(pid)
+        self.comm = procfs.read_comm(pid)
+        self.exe = procfs.exe_path(pid) or ""
+        self._reader = StackReader(pid)
+        self._scratch = ctypes.create_string_buffer(1 << 16)
+        self.maps = MappingIndex(read_maps(pid))
+
+    # --- checks -----------------------------------------------------------------------------------------
+
+    def _check_exists(self) -> None:
+        if self.pid <= 0 or not os.path.exists(f"/proc/{self.pid}"):
+            raise NoSuchProcess(self.pid)
+        status = procfs.read_status(self.pid)
+        if status is None:
+            raise NoSuchProcess(self.pid)
+        if status.state == "Z":
+            raise TargetError(
+                f"Process {self.pid} ({status.name}) is a zombie: it has exited and only waits for its "
+                "parent to collect its status, so it has no threads to sample.",
+            )
+
+    def _check_kernel_thread(self) -> None:
+        if procfs.is_kernel_thread(self.pid):
+            name = procfs.read_comm(self.pid)
+            raise TargetError(
+                f"Process {self.pid} ({name}) is a kernel thread; nprof samples user-space processes.",
+                "To profile the kernel, use `perf record -a -g`.",
+            )
+
+    def _check_architecture(self) -> None:
+        host = platform.machine()
+        if host != "x86_64":
+            raise TargetError(
+                f"nprof runs on x86-64 only; this machine is {host}.",
+                "Other architectures need their own register and unwind rules, which nprof does not have yet.",
+            )
+        try:
+            with open(f"/proc/{self.pid}/exe", "rb") as f:
+                header = f.read(20)
+        except PermissionError:
+            return  # the attach itself will report the permission problem with a diagnosis
+        except OSError:
+            return
+        if len(header) < 20 or header[:4] != b"\x7fELF":
+            return
+        (machine,) = struct.unpack_from("<H", header, 18)
+        if machine != EM_X86_64 or header[4] != _EI_CLASS_64:
+            name = _MACHINE_NAMES.get(machine, f"e_machine {machine}")
+            bits = "64" if header[4] == _EI_CLASS_64 else "32"
+            raise TargetError(
+                f"Process {self.pid} runs a {bits}-bit {name} executable; nprof profiles x86-64 (64-bit) "
+                "programs only.",
+                "Rebuild the program for x86-64, or use a profiler for its architecture.",
+            )
+
+    # --- views ------------------------------------------------------------------------------------------
+
+    def host_path(self, path: str) -> str:
+        """Open a path from the target's maps in nprof's namespace (via /proc/PID/root)."""
+        return procfs.target_path(self.pid, path)
+
+    def mapped_file_path(self, mapping: Mapping) -> str:
+        """A host path for a mapping's file, falling back to /proc/PID/map_files for deleted files."""
+        if mapping.deleted:
+            return f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
+        return self.host_path(mapping.path)
+
+    def refresh_maps(self) -> MappingIndex:
+        self.maps = MappingIndex(read_maps(self.pid))
+        return self.maps
+
+    def alive(self) -> bool:
+        status = procfs.read_status(self.pid)
+        return status is not None and status.state not in ("Z", "X")
+
+    def read(self, addr: int, size: int) -> bytes:
+        """Target memory (process_vm_readv); shorter than ``size`` where the mapping ends, b"" on error."""
+        if size > len(self._scratch):
+            self._scratch = ctypes.create_string_buffer(size)
+        n = self._reader.read_into(ctypes.addressof(self._scratch), addr, size)
+        if n <= 0:
+            return b""
+        return ctypes.string_at(ctypes.addressof(self._scratch), n)

@@ -1,0 +1,180 @@
+"""The ptrace binding layer: python-ptrace for the raw call, register struct and constants; ctypes for
+what python-ptrace lacks (SEIZE, INTERRUPT, LISTEN, waitpid with EINTR visible, process_vm_readv).
+
+Why not python-ptrace's higher layers (``../shared/reference/ptrace-costs.md`` section 2): its
+``PtraceDebugger`` wait loop raises on the PTRACE_EVENT_STOP that INTERRUPT produces, and ``readBytes`` goes
+through /proc/PID/mem into fresh bytes; both are slower and neither is needed.
+
+Every call here is a thin wrapper: errors come back as errno values, never as exceptions, because the
+capture loop treats ESRCH ("thread gone") as data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as errno_mod
+import signal
+
+from ptrace.binding.func import (
+    PTRACE_CONT,
+    PTRACE_DETACH,
+    PTRACE_GETREGS,
+    PTRACE_SETOPTIONS,
+)
+from ptrace.binding.func import _ptrace as _raw_ptrace  # the bare libc ptrace symbol python-ptrace binds
+from ptrace.binding.linux_struct import user_regs_struct
+
+__all__ = [
+    "PTRACE_CONT",
+    "PTRACE_DETACH",
+    "PTRACE_GETREGS",
+    "PTRACE_SETOPTIONS",
+    "user_regs_struct",
+]
+
+# linux/ptrace.h; python-ptrace 0.9.9 has no names for these (ptrace-costs.md section 2)
+PTRACE_SEIZE = 0x4206
+PTRACE_INTERRUPT = 0x4207
+PTRACE_LISTEN = 0x4208
+PTRACE_EVENT_STOP = 128
+
+# linux/wait.h: wait for all children, clone or not; tracees that are threads are "clone" children
+WALL = 0x40000000
+WNOHANG = 1
+
+#: signals whose delivery starts a group-stop (signal(7), "Stop" action)
+STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
+
+# The kernel's internal "restart this syscall" codes (include/linux/errno.h). A thread stopped while
+# blocked in an interruptible syscall shows rax = -code and orig_rax = the syscall number.
+ERESTARTSYS = 512
+ERESTART_RESTARTBLOCK = 516
+_RESTART_CODES = frozenset({ERESTARTSYS, 513, 514, ERESTART_RESTARTBLOCK, errno_mod.EINTR})
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+_waitpid = _libc.waitpid
+_waitpid.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int)
+_waitpid.restype = ctypes.c_int
+
+
+class iovec(ctypes.Structure):
+    _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
+
+
+_process_vm_readv = _libc.process_vm_readv
+_process_vm_readv.argtypes = (
+    ctypes.c_int,
+    ctypes.POINTER(iovec),
+    ctypes.c_ulong,
+    ctypes.POINTER(iovec),
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+)
+_process_vm_readv.restype = ctypes.c_ssize_t
+
+_get_errno = ctypes.get_errno
+_MINUS_ONE = ctypes.c_ulong(-1).value
+
+
+def ptrace(request: int, tid: int, addr: int = 0, data: int = 0) -> int:
+    """Raw ptrace; returns 0 on success or the errno. Uses python-ptrace's libc binding directly, without
+    its exception-raising wrapper, because ESRCH is an everyday event for a sampler."""
+    if _raw_ptrace(request, tid, addr, data) == _MINUS_ONE:
+        return _get_errno()
+    return 0
+
+
+def seize(tid: int) -> int:
+    # No PTRACE_O_EXITKILL: if nprof dies, the kernel detaches and the target runs on (DESIGN.md section 5).
+    return ptrace(PTRACE_SEIZE, tid, 0, 0)
+
+
+def interrupt(tid: int) -> int:
+    return ptrace(PTRACE_INTERRUPT, tid, 0, 0)
+
+
+def cont(tid: int, sig: int = 0) -> int:
+    return ptrace(PTRACE_CONT, tid, 0, sig)
+
+
+def listen(tid: int) -> int:
+    """Leave a group-stopped tracee stopped, as job control wants, while keeping it traced."""
+    return ptrace(PTRACE_LISTEN, tid, 0, 0)
+
+
+def detach(tid: int, sig: int = 0) -> int:
+    return ptrace(PTRACE_DETACH, tid, 0, sig)
+
+
+def getregs(tid: int, regs: user_regs_struct) -> int:
+    return ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
+
+
+class Waiter:
+    """``waitpid(-1, __WALL)`` through ctypes, so that EINTR comes back to the caller.
+
+    ``os.waitpid`` retries on EINTR (PEP 475) and runs Python signal handlers in between, where an exception
+    could discard a reaped status and leave a tracee stopped forever. Here a signal only makes ``wait``
+    return ``(-1, 0)`` with ``errno == EINTR``; the caller decides.
+    """
+
+    __slots__ = ("_status", "_status_ref")
+
+    def __init__(self) -> None:
+        self._status = ctypes.c_int(0)
+        self._status_ref = ctypes.byref(self._status)
+
+    def wait(self, nohang: bool = False) -> tuple[int, int, int]:
+        """Return ``(tid, status, errno)``; tid is 0 with WNOHANG and nothing ready, -1 on error."""
+        tid = _waitpid(-1, self._status_ref, WALL | (WNOHANG if nohang else 0))
+        if tid < 0:
+            return -1, 0, _get_errno()
+        return tid, self._status.value, 0
+
+
+class StackReader:
+    """process_vm_readv into a caller-owned buffer: one syscall, no allocation.
+
+    Partial reads are normal: the kernel stops at the first unmapped page, so a window that runs past the
+    end of a mapping yields the bytes up to it (verified here: a 16 KiB read near the top of the main
+    stack returned the 10 KiB that were mapped).
+    """
+
+    __slots__ = ("_pid", "_local", "_remote", "_local_ref", "_remote_ref")
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._local = iovec(0, 0)
+        self._remote = iovec(0, 0)
+        self._local_ref = ctypes.byref(self._local)
+        self._remote_ref = ctypes.byref(self._remote)
+
+    def read_into(self, buffer_address: int, addr: int, size: int) -> int:
+        """Copy ``size`` bytes at target ``addr`` to ``buffer_address``; return bytes read or -errno."""
+        self._local.iov_base = buffer_address
+        self._local.iov_len = size
+        self._remote.iov_base = addr
+        self._remote.iov_len = size
+        n = _process_vm_readv(self._pid, self._local_ref, 1, self._remote_ref, 1, 0)
+        return n if n >= 0 else -_get_errno()
+
+
+def decode_stop(status: int) -> tuple[int, int]:
+    """Split a stopped wait status into ``(signal, ptrace event)`` (ptrace(2), "Stopped states")."""
+    return (status >> 8) & 0xFF, (status >> 16) & 0xFFFF
+
+
+def is_stopped(status: int) -> bool:
+    return (status & 0xFF) == 0x7F
+
+
+def in_blocking_syscall(orig_rax: int, rax: int) -> bool:
+    """True when the registers show a syscall that our stop interrupted while it slept.
+
+    orig_rax holds the syscall number (or -1 outside a syscall); rax holds the kernel's -ERESTART* code
+    until the syscall is restarted on resume. A thread that was computing has orig_rax == -1.
+    """
+    if orig_rax < 0 or orig_rax >= 1 << 63:
+        return False
+    return ((-rax) & 0xFFFFFFFFFFFFFFFF) in _RESTART_CODES

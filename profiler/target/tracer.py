@@ -1,0 +1,435 @@
+"""Seized threads, and the capture of one tick: interrupt every due thread, then copy and resume each one
+the moment it reports its stop (DESIGN.md section 2, rule 1).
+
+Safety rules this module owns (DESIGN.md section 5):
+
+* Threads are attached with PTRACE_SEIZE and no EXITKILL, so if nprof dies the kernel detaches them and the
+  target runs on.
+* Every stop nprof sees is answered at once, also between ticks: ``pump`` blocks in ``waitpid`` rather than
+  sleeping, so a signal delivered to the target (a signal-delivery-stop) is passed on within microseconds.
+* A group-stop (the target was sent SIGSTOP) is answered with PTRACE_LISTEN, so job control still holds.
+* Nothing is ever written to the target.
+
+Waiting uses a blocking ``waitpid`` and an ``ITIMER_REAL`` alarm for deadlines, rather than polling: it is
+the cheapest way to wake on "a thread stopped" (ptrace-costs.md: the wait dominates the round trip).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from profiler.errors import NoSuchProcess, PermissionDenied
+from profiler.target import ptrace as pt
+from profiler.target.permissions import diagnose_attach_failure
+from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
+from profiler.target.process import TargetProcess
+
+#: backstop period of the alarm after a deadline has passed, in case the alarm fired between our check
+#: of the clock and the start of the blocking waitpid (there is no "pwaitpid" to close that race)
+_ALARM_BACKSTOP = 0.001
+
+#: SCHED_FIFO priority used during a capture; the level ptrace-costs.md section 3 measured
+_FIFO_PRIORITY = 10
+
+
+@dataclass(eq=False)
+class ThreadRecord:
+    """One seized thread. Keyed by ``(tid, start_time)`` wherever a cache outlives a tick."""
+
+    pid: int
+    tid: int
+    start_time: int
+    name: str
+    proc: ThreadProc
+    last_run_time: int = -1
+    interrupt_pending: bool = False  #: PTRACE_INTERRUPT sent, stop not yet collected
+    group_stopped: bool = False  #: in a job-control stop that nprof keeps with PTRACE_LISTEN
+    stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
+    stack_hi: int = 0
+    gone: bool = False
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.tid, self.start_time)
+
+
+class Slot:
+    """Preallocated destination of one thread's copy: registers and the stack window."""
+
+    __slots__ = ("regs", "buffer", "address", "size")
+
+    def __init__(self, size: int) -> None:
+        self.regs = pt.user_regs_struct()
+        self.buffer = ctypes.create_string_buffer(size)
+        self.address = ctypes.addressof(self.buffer)
+        self.size = size
+
+
+@dataclass
+class Capture:
+    """What one stopped thread yielded. Valid until the next ``Tracer.capture`` reuses its slot."""
+
+    thread: ThreadRecord
+    time: float
+    slot: Slot
+    stack_base: int
+    stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
+    agent_data: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def stack(self) -> memoryview:
+        n = max(self.stack_len, 0)
+        return memoryview(self.slot.buffer).cast("B")[:n]
+
+
+@dataclass
+class TracerStats:
+    interrupts: int = 0
+    captures: int = 0
+    late_stops: int = 0  #: due threads that did not report their stop before the deadline
+    signals_forwarded: int = 0
+    group_stops: int = 0
+    threads_seen: int = 0
+    threads_exited: int = 0
+    stack_read_errors: int = 0
+
+
+#: agent hook called while a thread is stopped: (tid, regs) -> bytes-like or None
+AgentCapture = Callable[[int, pt.user_regs_struct], object]
+
+
+class Tracer:
+    """Owns every thread nprof has seized, across one or more processes."""
+
+    def __init__(self, stack_bytes: int = 64 * 1024, stop_deadline: float = 0.25) -> None:
+        self.stack_bytes = stack_bytes
+        self.stop_deadline = stop_deadline
+        self.processes: dict[int, TargetProcess] = {}
+        self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
+        self.threads: dict[int, ThreadRecord] = {}
+        self.stats = TracerStats()
+        self._waiter = pt.Waiter()
+        self._slots: list[Slot] = []
+        self._held: set[int] = set()  # tids stopped by us and not yet resumed (the guard)
+        self._stack_readers: dict[int, pt.StackReader] = {}
+        self._alarm_installed = False
+        self._old_alarm_handler: object = None
+        self._fifo_ok = True
+        self._in_fifo = False
+
+    # --- attach / threads -------------------------------------------------------------------------------
+
+    def add_process(self, process: TargetProcess) -> None:
+        """Seize every thread of ``process``. Raises PermissionDenied with a diagnosis if refused."""
+        self._install_alarm()
+        tids = list_threads(process.pid)
+        if not tids:
+            raise NoSuchProcess(process.pid)
+        err = pt.seize(process.pid)
+        if err == errno.EPERM:
+            raise diagnose_attach_failure(process.pid, err)
+        if err == errno.ESRCH:
+            raise NoSuchProcess(process.pid)
+        if err:
+            raise PermissionDenied(f"PTRACE_SEIZE of process {process.pid} failed: {os.strerror(err)}.")
+        self.processes[process.pid] = process
+        self._stack_readers[process.pid] = pt.StackReader(process.pid)
+        self._track(process.pid, process.pid, seized=True)
+        self.sync_threads(process.pid)
+
+    def sync_threads(self, pid: int) -> list[ThreadRecord]:
+        """Seize threads that appeared since the last call; return the live records of ``pid``."""
+        live = []
+        for tid in list_threads(pid):
+            record = self.threads.get(tid)
+            if record is None:
+                record = self._track(pid, tid, seized=False)
+            if record is not None and not record.gone:
+                live.append(record)
+        return live
+
+    def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
+        if not seized and pt.seize(tid) != 0:
+            return None  # exited already (ESRCH), or a thread we may not trace
+        start = thread_start_time(pid, tid)
+        try:
+            proc = ThreadProc(pid, tid)
+        except OSError:
+            start = None
+        if start is None:
+            self._forget_unstarted(tid)
+            return None
+        record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
+        self.threads[tid] = record
+        self.stats.threads_seen += 1
+        return record
+
+    def _forget_unstarted(self, tid: int) -> None:
+        # seized but vanished before we could open its /proc files: its exit event is reaped by pump
+        pass
+
+    def _drop(self, record: ThreadRecord) -> None:
+        if not record.gone:
+            record.gone = True
+            record.proc.close()
+            self.stats.threads_exited += 1
+        self.threads.pop(record.tid, None)
+        self._held.discard(record.tid)
+
+    def process_alive(self, pid: int) -> bool:
+        return pid not in self.exit_status and any(t.pid == pid for t in self.threads.values())
+
+    # --- the capture of one tick (the hot loop) ---------------------------------------------------------
+
+    def capture(
+        self,
+        due: Iterable[ThreadRecord],
+        copy_stack: bool = True,
+        agent_capture: AgentCapture | None = None,
+        agent_name: str = "",
+        fifo: bool = False,
+    ) -> list[Capture]:
+        """Interrupt every due thread, then copy and resume each as it reports its stop.
+
+        Only syscalls happen while a thread is stopped: GETREGS, one process_vm_readv of the stack window
+        and whatever the agent hook copies. Threads that miss the deadline are left with their interrupt
+        pending; ``pump`` resumes them as soon as they stop.
+        """
+        pending: dict[int, ThreadRecord] = {}
+        for record in due:
+            if record.interrupt_pending:
+                pending[record.tid] = record
+                continue
+            if pt.interrupt(record.tid) != 0:
+                self._drop(record)  # ESRCH: the thread has exited
+                continue
+            record.interrupt_pending = True
+            pending[record.tid] = record
+        self.stats.interrupts += len(pending)
+        captures: list[Capture] = []
+        if not pending:
+            return captures
+        slots = self._slots
+        while len(slots) < len(pending):
+            slots.append(Slot(self.stack_bytes))
+        stack_bytes = self.stack_bytes if copy_stack else 0
+        waiter = self._waiter
+        deadline = time.monotonic() + self.stop_deadline
+        if fifo:
+            self._enter_fifo()
+        self._arm_alarm(self.stop_deadline)
+        try:
+            while pending:
+                tid, status, err = waiter.wait()
+                if tid < 0:
+                    if err == errno.EINTR:
+                        if time.monotonic() >= deadline:
+                            self.stats.late_stops += len(pending)
+                            break
+                        continue
+                    if err == errno.ECHILD:
+                        break  # nothing left to wait for: every tracee has exited
+                    raise OSError(err, os.strerror(err))
+                record = pending.get(tid)
+                if record is None or (status & 0xFF) != 0x7F or status >> 16 != pt.PTRACE_EVENT_STOP:
+                    self._handle_event(tid, status)
+                    if record is not None and record.gone:
+                        del pending[tid]
+                    continue
+                # an interrupt-stop (or a group-stop) of a due thread: copy, then resume at once
+                self._held.add(tid)
+                record.interrupt_pending = False
+                slot = slots[len(captures)]
+                regs = slot.regs
+                pt.getregs(tid, regs)
+                rsp = regs.rsp
+                n = 0
+                if stack_bytes:
+                    size = stack_bytes
+                    if record.stack_lo <= rsp < record.stack_hi:
+                        size = min(size, record.stack_hi - rsp)
+                    n = self._stack_readers[record.pid].read_into(slot.address, rsp, size)
+                capture = Capture(record, time.monotonic(), slot, rsp, n)
+                if agent_capture is not None:
+                    capture.agent_data[agent_name] = agent_capture(tid, regs)
+                if (status >> 8) & 0xFF == signal.SIGTRAP:
+                    pt.cont(tid)
+                else:
+                    record.group_stopped = True
+                    pt.listen(tid)
+                self._held.discard(tid)
+                captures.append(capture)
+                del pending[tid]
+        finally:
+            self._disarm_alarm()
+            if fifo:
+                self._leave_fifo()
+            self._release_held()
+        self.stats.captures += len(captures)
+        return captures
+
+    # --- everything that is not a due stop -----------------------------------------------------------------
+
+    def _handle_event(self, tid: int, status: int) -> None:
+        """Answer a wait status that is not a capture: exits, signals, group-stops, late interrupts."""
+        record = self.threads.get(tid)
+        if (status & 0xFF) != 0x7F:  # exited or killed
+            if tid in self.processes:
+                self.exit_status[tid] = status
+            if record is not None:
+                self._drop(record)
+            return
+        sig, event = pt.decode_stop(status)
+        if event == pt.PTRACE_EVENT_STOP:
+            if record is not None:
+                record.interrupt_pending = False
+            if sig in pt.STOP_SIGNALS:
+                if record is not None:
+                    record.group_stopped = True
+                self.stats.group_stops += 1
+                pt.listen(tid)
+            else:
+                if record is not None:
+                    record.group_stopped = False
+                pt.cont(tid)
+            return
+        if event == 0:
+            # signal-delivery-stop: pass the signal on, exactly as if nprof were not there
+            self.stats.signals_forwarded += 1
+            pt.cont(tid, sig)
+            return
+        pt.cont(tid)  # an event we did not ask for: let it run
+
+    def pump(self, until: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Answer tracee events until monotonic time ``until``; False once nothing is traced any more."""
+        waiter = self._waiter
+        while True:
+            remaining = until - time.monotonic()
+            if remaining <= 0 or should_stop():
+                return True
+            tid, status, err = waiter.wait(nohang=True)
+            if tid == 0:
+                self._arm_alarm(remaining)
+                try:
+                    tid, status, err = waiter.wait()
+                finally:
+                    self._disarm_alarm()
+            if tid > 0:
+                self._handle_event(tid, status)
+                continue
+            if err == errno.ECHILD:
+                self._forget_all()
+                return False
+            # EINTR: the alarm, or a signal to nprof (SIGINT/SIGTERM set should_stop)
+
+    def _forget_all(self) -> None:
+        for record in list(self.threads.values()):
+            self._drop(record)
+
+    # --- the guard and detaching --------------------------------------------------------------------------
+
+    def _release_held(self) -> None:
+        """Resume any thread still stopped by us: only reached if a capture was interrupted by an error."""
+        for tid in list(self._held):
+            pt.cont(tid)
+            self._held.discard(tid)
+
+    def detach_all(self, timeout: float = 2.0) -> list[int]:
+        """Stop each thread briefly and PTRACE_DETACH it. Returns tids that did not stop in time; the kernel
+        detaches those when nprof exits (no EXITKILL), and their pending interrupt is cleared then."""
+        self._release_held()
+        waiting: dict[int, ThreadRecord] = {}
+        for record in list(self.threads.values()):
+            if record.interrupt_pending or pt.interrupt(record.tid) == 0:
+                record.interrupt_pending = True
+                waiting[record.tid] = record
+            else:
+                self._drop(record)
+        deadline = time.monotonic() + timeout
+        try:
+            while waiting:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._arm_alarm(remaining)
+                try:
+                    tid, status, err = self._waiter.wait()
+                finally:
+                    self._disarm_alarm()
+                if tid < 0:
+                    if err == errno.ECHILD:
+                        break
+                    continue
+                record = waiting.pop(tid, None)
+                if record is None:
+                    self._handle_event(tid, status)
+                    continue
+                if (status & 0xFF) != 0x7F:
+                    if tid in self.processes:
+                        self.exit_status[tid] = status
+                    self._drop(record)
+                    continue
+                sig, event = pt.decode_stop(status)
+                if event == 0:
+                    pt.detach(tid, sig)  # deliver the signal it was stopped for
+                else:
+                    pt.detach(tid, 0)
+                self._drop(record)
+        finally:
+            self._restore_alarm()
+        for pid in list(self.processes):
+            self._stack_readers.pop(pid, None)
+        self.processes.clear()
+        return list(waiting)
+
+    # --- scheduling priority ----------------------------------------------------------------------------
+
+    def _enter_fifo(self) -> None:
+        if not self._fifo_ok:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(_FIFO_PRIORITY))
+            self._in_fifo = True
+        except (PermissionError, OSError):
+            self._fifo_ok = False  # not permitted here: fall back quietly, and stop trying
+
+    def _leave_fifo(self) -> None:
+        if self._in_fifo:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            self._in_fifo = False
+
+    @property
+    def fifo_available(self) -> bool:
+        return self._fifo_ok
+
+    # --- the alarm that bounds every blocking wait ------------------------------------------------------
+
+    def _install_alarm(self) -> None:
+        if self._alarm_installed:
+            return
+        # A handler that does nothing: its only job is to make the blocking waitpid return EINTR.
+        self._old_alarm_handler = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.siginterrupt(signal.SIGALRM, True)
+        self._alarm_installed = True
+
+    def _restore_alarm(self) -> None:
+        if self._alarm_installed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old_alarm_handler or signal.SIG_DFL)
+            self._alarm_installed = False
+
+    def _arm_alarm(self, delay: float) -> None:
+        signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-6), _ALARM_BACKSTOP)
+
+    def _disarm_alarm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    return None

@@ -1,0 +1,125 @@
+"""The modules of one target process and the tables behind them: pc -> (module, bias, object file).
+
+Module ids are stable for the life of a recording: a module seen again after a maps refresh (same path,
+inode and bias) keeps its id, so interned frames stay valid. A pc outside every known executable mapping
+triggers at most one refresh per ``REFRESH_INTERVAL``, which picks up ``dlopen``ed libraries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+
+from profiler.binary.objfile import ObjectFile, ObjectFileCache
+from profiler.errors import BinaryError
+from profiler.model import Module
+from profiler.target.maps import Mapping
+from profiler.target.process import TargetProcess
+
+#: least time between two refreshes caused by unknown pcs (a JIT may execute from anonymous memory)
+REFRESH_INTERVAL = 0.2
+
+
+@dataclass
+class ModuleEntry:
+    """One executable range and what it belongs to."""
+
+    start: int
+    end: int
+    module: Module
+    obj: ObjectFile | None  #: None for file-less code (JIT) or an unreadable file
+
+    @property
+    def bias(self) -> int:
+        return self.module.bias
+
+
+class AddressSpace:
+    def __init__(self, process: TargetProcess, cache: ObjectFileCache) -> None:
+        self.process = process
+        self.cache = cache
+        self.modules: list[Module] = []
+        self.objects: dict[int, ObjectFile] = {}  #: module id -> object file, for the symbolizer
+        self.errors: dict[str, str] = {}  #: path -> why its file could not be used
+        self._ids: dict[tuple[str, int, int], int] = {}
+        self._starts: list[int] = []
+        self._entries: list[ModuleEntry] = []
+        self._last_refresh = 0.0
+        self.refresh()
+
+    def find(self, avma: int) -> ModuleEntry | None:
+        """The executable range holding ``avma``; refreshes the maps (rate-limited) on a miss."""
+        entry = self._find(avma)
+        if entry is None and time.monotonic() - self._last_refresh >= REFRESH_INTERVAL:
+            self.refresh()
+            entry = self._find(avma)
+        return entry
+
+    def _find(self, avma: int) -> ModuleEntry | None:
+        i = bisect.bisect_right(self._starts, avma) - 1
+        if i >= 0:
+            entry = self._entries[i]
+            if avma < entry.end:
+                return entry
+        return None
+
+    def refresh(self) -> None:
+        self._last_refresh = time.monotonic()
+        maps = self.process.refresh_maps().mappings
+        groups: dict[tuple[str, int], list[Mapping]] = {}
+        for m in maps:
+            if m.path and m.path != "[vsyscall]":
+                groups.setdefault((m.path, m.inode), []).append(m)
+        entries = []
+        for m in maps:
+            if not m.executable or m.path == "[vsyscall]":
+                continue
+            if m.path:
+                module, obj = self._file_module(m, groups[(m.path, m.inode)])
+            else:
+                module, obj = self._module(f"[anon:{m.start:x}]", 0, m.start, m.end, m.start, None, False), None
+            entries.append(ModuleEntry(m.start, m.end, module, obj))
+        entries.sort(key=lambda e: e.start)
+        self._entries = entries
+        self._starts = [e.start for e in entries]
+
+    def _file_module(self, m: Mapping, group: list[Mapping]) -> tuple[Module, ObjectFile | None]:
+        start = min(g.start for g in group)
+        end = max(g.end for g in group)
+        obj = self._open(m)
+        bias = m.start - m.offset  # right for any file mapped without gaps; refined from PT_LOAD below
+        if obj is not None:
+            refined = obj.elf.bias_for(m.start, m.offset)
+            if refined is not None:
+                bias = refined
+        display = m.path.removesuffix(" (deleted)")
+        module = self._module(display, m.inode, start, end, bias, obj, m.path.startswith("/"))
+        if obj is not None:
+            self.objects[module.id] = obj
+        return module, obj
+
+    def _open(self, m: Mapping) -> ObjectFile | None:
+        try:
+            if m.path == "[vdso]":
+                data = self.process.read(m.start, m.end - m.start)
+                return self.cache.from_bytes(data, "[vdso]") if data else None
+            if not m.path.startswith("/"):
+                return None
+            return self.cache.open(self.process.mapped_file_path(m), display_path=m.path)
+        except BinaryError as e:
+            self.errors[m.path] = str(e)
+            return None
+
+    def _module(
+        self, path: str, inode: int, start: int, end: int, bias: int, obj: ObjectFile | None, file_backed: bool
+    ) -> Module:
+        key = (path, inode, bias)
+        mid = self._ids.get(key)
+        if mid is None:
+            mid = len(self.modules)
+            self._ids[key] = mid
+            self.modules.append(
+                Module(mid, path, obj.build_id if obj else None, start, end, bias, file_backed)
+            )
+        return self.modules[mid]

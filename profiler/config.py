@@ -37,3 +37,11 @@ class SamplerConfig:
     #: (signal(7), "Interruption of system calls ... by stop signals"), so nprof leaves sleeping threads
     #: alone unless their idle stacks were asked for.
     interrupt_sleeping: bool = False
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    idle: bool = False  #: include idle and blocked samples
+    threads: bool = False  #: keep threads apart in formats that merge them by default (folded)
+    gil_only: bool = False  #: keep only samples of the thread holding a runtime's global lock
+    hide_interpreter: bool = False  #: drop the interpreter's own native frames (eval loop, call glue)

@@ -72,6 +72,7 @@ class SampleClass(enum.IntEnum):
     IDLE = 1  #: had not run since its previous sample; that sample's stack was reused without stopping it
     BLOCKED = 2  #: sleeping in the kernel (blocking syscall) at the time of the sample
     GIL_WAIT = 3  #: runnable but waiting for a managed runtime's global lock
+    GIL_HELD = 4  #: running and holding a managed runtime's global lock (what ``--gil`` keeps)
 
     @property
     def is_idle(self) -> bool:

@@ -47,6 +47,7 @@ class SectionInfo:
     sh_size: int
     sh_link: int
     sh_entsize: int
+    sh_flags: int = 0
 
 
 class ElfFile:
@@ -83,6 +84,7 @@ class ElfFile:
                         header["sh_size"],
                         header["sh_link"],
                         header["sh_entsize"],
+                        header["sh_flags"],
                     ),
                 )
             self.load_segments = [

@@ -81,6 +81,11 @@ class SymbolTable:
                 out.append(None)
         return out
 
+    def function_names(self) -> list[str]:
+        """Every function's name, parallel to ``addrs``/``ends``: for one-off scans by name pattern (an agent
+        collecting the address ranges of a family of functions), not for per-sample lookups."""
+        return [self._name_at(int(offset)) for offset in self._names]
+
     def lookup(self, svma: int) -> tuple[str, int, int] | None:
         return self.lookup_many(np.array([svma], dtype=np.uint64))[0]
 

@@ -55,8 +55,8 @@ def diagnose_attach_failure(pid: int, err: int) -> PermissionDenied:
     capable = has_cap_sys_ptrace()
     if status is not None and status.uid != my_uid and not capable:
         reasons.append(
-            f"it belongs to uid {status.uid} and you are uid {my_uid}; run nprof as that user or as root "
-            "(sudo)"
+            f"it belongs to uid {status.uid} and nprof runs as uid {my_uid} without CAP_SYS_PTRACE; run "
+            "nprof as that user, or with sudo (which grants CAP_SYS_PTRACE)"
         )
     scope = ptrace_scope()
     if scope in _SCOPE_TEXT and not (scope in (1, 2) and capable):

@@ -17,6 +17,22 @@ _EI_CLASS_64 = 2
 _MACHINE_NAMES = {3: "i386", 40: "ARM", 183: "AArch64", 243: "RISC-V", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64"}
 
 
+def foreign_architecture(header: bytes) -> str | None:
+    """Describe the executable's architecture from its ELF header if it is not x86-64, else None.
+
+    e_ident[EI_CLASS] (byte 4) and e_machine (bytes 18-19) per the ELF gABI; a file that is not ELF (a
+    script's interpreter is what runs) yields None.
+    """
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        return None
+    (machine,) = struct.unpack_from("<H", header, 18)
+    if machine == EM_X86_64 and header[4] == _EI_CLASS_64:
+        return None
+    name = _MACHINE_NAMES.get(machine, f"e_machine {machine}")
+    bits = "64" if header[4] == _EI_CLASS_64 else "32"
+    return f"a {bits}-bit {name} executable"
+
+
 class TargetProcess:
     """One process nprof samples. Construction validates that it can be profiled at all."""
 
@@ -68,15 +84,10 @@ class TargetProcess:
             return  # the attach itself will report the permission problem with a diagnosis
         except OSError:
             return
-        if len(header) < 20 or header[:4] != b"\x7fELF":
-            return
-        (machine,) = struct.unpack_from("<H", header, 18)
-        if machine != EM_X86_64 or header[4] != _EI_CLASS_64:
-            name = _MACHINE_NAMES.get(machine, f"e_machine {machine}")
-            bits = "64" if header[4] == _EI_CLASS_64 else "32"
+        problem = foreign_architecture(header)
+        if problem is not None:
             raise TargetError(
-                f"Process {self.pid} runs a {bits}-bit {name} executable; nprof profiles x86-64 (64-bit) "
-                "programs only.",
+                f"Process {self.pid} runs {problem}; nprof profiles x86-64 (64-bit) programs only.",
                 "Rebuild the program for x86-64, or use a profiler for its architecture.",
             )
 

@@ -22,9 +22,9 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from profiler.errors import NoSuchProcess, PermissionDenied
+from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
 from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
@@ -47,7 +47,6 @@ class ThreadRecord:
     start_time: int
     name: str
     proc: ThreadProc
-    last_run_time: int = -1
     interrupt_pending: bool = False  #: PTRACE_INTERRUPT sent, stop not yet collected
     group_stopped: bool = False  #: in a job-control stop that nprof keeps with PTRACE_LISTEN
     stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
@@ -80,7 +79,8 @@ class Capture:
     slot: Slot
     stack_base: int
     stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
-    agent_data: dict[str, object] = field(default_factory=dict)
+    window_full: bool  #: the whole configured window was copied, so the stack may go on above it
+    agent_data: object = None
 
     @property
     def stack(self) -> memoryview:
@@ -97,11 +97,10 @@ class TracerStats:
     group_stops: int = 0
     threads_seen: int = 0
     threads_exited: int = 0
-    stack_read_errors: int = 0
 
 
-#: agent hook called while a thread is stopped: (tid, regs) -> bytes-like or None
-AgentCapture = Callable[[int, pt.user_regs_struct], object]
+#: agent hook called while a thread is stopped: (thread, regs) -> bytes-like or None
+AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], object]
 
 
 class Tracer:
@@ -132,6 +131,9 @@ class Tracer:
         if not tids:
             raise NoSuchProcess(process.pid)
         err = pt.seize(process.pid)
+        if err and not process.alive():
+            # ptrace refuses (EPERM) a process that is already exiting
+            raise TargetError(f"Process {process.pid} ({process.comm}) exited while nprof was attaching.")
         if err == errno.EPERM:
             raise diagnose_attach_failure(process.pid, err)
         if err == errno.ESRCH:
@@ -192,7 +194,6 @@ class Tracer:
         due: Iterable[ThreadRecord],
         copy_stack: bool = True,
         agent_capture: AgentCapture | None = None,
-        agent_name: str = "",
         fifo: bool = False,
     ) -> list[Capture]:
         """Interrupt every due thread, then copy and resume each as it reports its stop.
@@ -255,9 +256,9 @@ class Tracer:
                     if record.stack_lo <= rsp < record.stack_hi:
                         size = min(size, record.stack_hi - rsp)
                     n = self._stack_readers[record.pid].read_into(slot.address, rsp, size)
-                capture = Capture(record, time.monotonic(), slot, rsp, n)
+                capture = Capture(record, time.monotonic(), slot, rsp, n, n == stack_bytes > 0)
                 if agent_capture is not None:
-                    capture.agent_data[agent_name] = agent_capture(tid, regs)
+                    capture.agent_data = agent_capture(record, regs)
                 if (status >> 8) & 0xFF == signal.SIGTRAP:
                     pt.cont(tid)
                 else:
@@ -327,6 +328,15 @@ class Tracer:
                 self._forget_all()
                 return False
             # EINTR: the alarm, or a signal to nprof (SIGINT/SIGTERM set should_stop)
+
+    def answer_events(self) -> None:
+        """Answer every stop already reported, without blocking (one WNOHANG wait when there is none)."""
+        waiter = self._waiter
+        while True:
+            tid, status, _err = waiter.wait(nohang=True)
+            if tid <= 0:
+                return
+            self._handle_event(tid, status)
 
     def _forget_all(self) -> None:
         for record in list(self.threads.values()):

@@ -35,18 +35,53 @@ class ModuleEntry:
         return self.module.bias
 
 
-class AddressSpace:
-    def __init__(self, process: TargetProcess, cache: ObjectFileCache) -> None:
-        self.process = process
-        self.cache = cache
+class ModuleRegistry:
+    """Module ids shared by every process of a recording: one table for the session and its symbolizer.
+
+    The same file mapped at the same bias in two processes is one module; names resolve identically.
+    """
+
+    def __init__(self) -> None:
         self.modules: list[Module] = []
         self.objects: dict[int, ObjectFile] = {}  #: module id -> object file, for the symbolizer
         self.errors: dict[str, str] = {}  #: path -> why its file could not be used
         self._ids: dict[tuple[str, int, int], int] = {}
+
+    def intern(
+        self, path: str, inode: int, start: int, end: int, bias: int, obj: ObjectFile | None, file_backed: bool
+    ) -> Module:
+        key = (path, inode, bias)
+        mid = self._ids.get(key)
+        if mid is None:
+            mid = len(self.modules)
+            self._ids[key] = mid
+            self.modules.append(
+                Module(mid, path, obj.build_id if obj else None, start, end, bias, file_backed)
+            )
+            if obj is not None:
+                self.objects[mid] = obj
+        return self.modules[mid]
+
+
+class AddressSpace:
+    def __init__(
+        self, process: TargetProcess, cache: ObjectFileCache, registry: ModuleRegistry | None = None
+    ) -> None:
+        self.process = process
+        self.cache = cache
+        self.registry = registry or ModuleRegistry()
         self._starts: list[int] = []
         self._entries: list[ModuleEntry] = []
         self._last_refresh = 0.0
         self.refresh()
+
+    @property
+    def modules(self) -> list[Module]:
+        return self.registry.modules
+
+    @property
+    def objects(self) -> dict[int, ObjectFile]:
+        return self.registry.objects
 
     def find(self, avma: int) -> ModuleEntry | None:
         """The executable range holding ``avma``; refreshes the maps (rate-limited) on a miss."""
@@ -78,7 +113,8 @@ class AddressSpace:
             if m.path:
                 module, obj = self._file_module(m, groups[(m.path, m.inode)])
             else:
-                module, obj = self._module(f"[anon:{m.start:x}]", 0, m.start, m.end, m.start, None, False), None
+                label = f"[anon:{m.start:x}]"
+                module, obj = self.registry.intern(label, 0, m.start, m.end, m.start, None, False), None
             entries.append(ModuleEntry(m.start, m.end, module, obj))
         entries.sort(key=lambda e: e.start)
         self._entries = entries
@@ -94,9 +130,7 @@ class AddressSpace:
             if refined is not None:
                 bias = refined
         display = m.path.removesuffix(" (deleted)")
-        module = self._module(display, m.inode, start, end, bias, obj, m.path.startswith("/"))
-        if obj is not None:
-            self.objects[module.id] = obj
+        module = self.registry.intern(display, m.inode, start, end, bias, obj, m.path.startswith("/"))
         return module, obj
 
     def _open(self, m: Mapping) -> ObjectFile | None:
@@ -108,18 +142,5 @@ class AddressSpace:
                 return None
             return self.cache.open(self.process.mapped_file_path(m), display_path=m.path)
         except BinaryError as e:
-            self.errors[m.path] = str(e)
+            self.registry.errors[m.path] = str(e)
             return None
-
-    def _module(
-        self, path: str, inode: int, start: int, end: int, bias: int, obj: ObjectFile | None, file_backed: bool
-    ) -> Module:
-        key = (path, inode, bias)
-        mid = self._ids.get(key)
-        if mid is None:
-            mid = len(self.modules)
-            self._ids[key] = mid
-            self.modules.append(
-                Module(mid, path, obj.build_id if obj else None, start, end, bias, file_backed)
-            )
-        return self.modules[mid]

@@ -1,0 +1,74 @@
+"""Atomic output files: write to a temporary file beside the target, fsync, then rename over it.
+
+A reader (or a crash, or Ctrl-C during the write) therefore sees either the old file or the complete new
+one, never a truncated profile (DESIGN.md section 5, "Nothing is lost").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from profiler.errors import OutputError
+
+
+def check_writable(path: str) -> None:
+    """Fail early, before a recording starts, if ``path`` cannot be created or replaced.
+
+    The check creates (and removes) a temporary file beside ``path``: ``access()`` is not enough, because
+    root passes it even on a read-only file system.
+    """
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise OutputError(f"Cannot write the output to {path}: it is a directory.", "Give a file name.")
+    if not os.path.isdir(directory):
+        raise OutputError(
+            f"Cannot write the output to {path}: the directory {directory} does not exist.",
+            "Create it first, or choose another -o path.",
+        )
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".probe", dir=directory)
+    except OSError as e:
+        raise OutputError(
+            f"Cannot write the output to {path}: {e.strerror.lower() if e.strerror else e} in {directory}.",
+            "Choose a directory you can write to with -o.",
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise OutputError(f"Cannot write the output to {path}: the file is read-only.", "Choose another -o path.")
+
+
+@contextlib.contextmanager
+def atomic_write(path: str) -> Iterator[BinaryIO]:
+    """Yield a binary file; on success it replaces ``path`` in one rename, on error it is removed."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(f"Cannot write the output to {path}: {e.strerror}.") from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with atomic_write(path) as f:
+        f.write(data)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

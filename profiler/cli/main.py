@@ -1,0 +1,90 @@
+"""The ``nprof`` command: argument parsing, dispatch, and the boundary where errors become help text.
+
+Every ``NprofError`` is printed as one paragraph with its exit code; a traceback is only ever shown for a
+bug (and then with a request to report it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from profiler import __version__
+from profiler.cli import record, report
+from profiler.errors import NprofError
+from profiler.runtime import Agent
+
+
+def default_agents() -> list[Agent]:
+    """The managed-runtime agents wired in by default (the engine itself never imports one)."""
+    agents: list[Agent] = []
+    try:
+        from agents.cpython import CPythonAgent
+    except ImportError:
+        return agents
+    agents.append(CPythonAgent())
+    return agents
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nprof",
+        description="Sampling profiler for Linux processes: native and managed (CPython) stacks via ptrace.",
+    )
+    parser.add_argument("--version", action="version", version=f"nprof {__version__}")
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser(
+        "record",
+        help="sample a running process (--pid) or a command (-- CMD) and write a profile",
+        description="Sample a process and write a profile. Examples: `nprof record --pid 1234 -d 10`, "
+        "`nprof record -o out.speedscope.json -- ./app --flag`.",
+    )
+    record.add_arguments(p)
+    p = sub.add_parser("report", help="render a saved .nprof session in another format")
+    report.add_arguments(p)
+    p = sub.add_parser("demo", help="build and record the bundled demo program")
+    p.add_argument("-o", "--output", default="nprof-demo.speedscope.json", help="output file")
+    p.add_argument("-d", "--duration", type=float, default=3.0, help="seconds the demo runs (default 3)")
+    return parser
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from profiler.demo import build_demo
+
+    binary = build_demo()
+    argv = ["record", "-o", args.output, "--", binary, str(args.duration)]
+    return main(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.subcommand == "record":
+            return record.run(args, default_agents())
+        if args.subcommand == "report":
+            return report.run(args)
+        if args.subcommand == "demo":
+            return run_demo(args)
+    except NprofError as e:
+        print(f"nprof: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("nprof: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print(
+            f"nprof {__version__}: internal error (a bug). Please report it with the traceback above.",
+            file=sys.stderr,
+        )
+        return 70
+    parser.error(f"unknown command {args.subcommand}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

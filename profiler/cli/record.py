@@ -1,0 +1,241 @@
+"""``nprof record``: attach to a pid (or spawn a command), sample until the duration ends, Ctrl-C, SIGTERM
+or the target exits, then write the profile and its session file.
+
+The order of things protects the target and the data: every check that can fail (output path, format,
+arguments) runs before attaching; the tracer detaches in ``finally``; the outputs are written even after
+Ctrl-C, each atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from profiler.atomic import check_writable
+from profiler.cli.status import StatusLine, error_count, top_table
+from profiler.config import CapturePriority, ExportConfig, SamplerConfig
+from profiler.errors import NoSuchProcess, OutputError, TargetError, UsageError
+from profiler.export.base import Exporter, infer_format, write
+from profiler.runtime import Agent
+from profiler.sampling.sampler import EndReason, Sampler
+from profiler.sampling.session import Session, SessionMeta
+from profiler.symbolize.symbolizer import resolve
+from profiler.target import procfs
+
+MAX_STACK_BYTES = 8 << 20  # the default RLIMIT_STACK of the main thread; no real stack window is larger
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pid", "-p", type=int, help="attach to this running process")
+    p.add_argument("-r", "--rate", type=float, default=100.0, help="samples per second per thread (default 100)")
+    p.add_argument("-d", "--duration", type=float, help="seconds to record (default: until Ctrl-C or exit)")
+    p.add_argument("-o", "--output", help="output file; the format follows the extension (default speedscope)")
+    p.add_argument("-f", "--format", help="output format: speedscope, folded or nprof (default: from -o)")
+    p.add_argument(
+        "--native", action=argparse.BooleanOptionalAction, default=True,
+        help="copy and unwind native stacks (default on); --no-native samples managed frames only",
+    )  # fmt: skip
+    p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
+    p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
+    p.add_argument(
+        "--stack-bytes", type=int, default=64 * 1024,
+        help="bytes of stack copied per sample, from the stack pointer up (default 65536)",
+    )  # fmt: skip
+    p.add_argument(
+        "--priority", choices=[c.value for c in CapturePriority], default=CapturePriority.AUTO.value,
+        help="scheduling of the sampler while threads are stopped: fifo raises it to SCHED_FIFO when "
+        "permitted; auto does so when more threads are stopped than there are CPUs (default auto)",
+    )  # fmt: skip
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: spawn and profile a command")
+
+
+def sampler_config(args: argparse.Namespace) -> SamplerConfig:
+    if args.rate <= 0 or args.rate > 100_000:
+        raise UsageError(f"--rate {args.rate:g} is out of range.", "Give a rate in samples per second, 1 to 100000.")
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError(f"--duration {args.duration:g} is not positive.", "Give the recording time in seconds.")
+    if not 0 < args.stack_bytes <= MAX_STACK_BYTES:
+        raise UsageError(
+            f"--stack-bytes {args.stack_bytes} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes."
+        )
+    return SamplerConfig(
+        rate=args.rate,
+        duration=args.duration,
+        stack_bytes=args.stack_bytes,
+        native=args.native,
+        idle=args.idle,
+        capture_priority=CapturePriority(args.priority),
+        interrupt_sleeping=args.idle,
+    )
+
+
+def export_config(args: argparse.Namespace) -> ExportConfig:
+    return ExportConfig(idle=args.idle, threads=args.threads)
+
+
+def session_path_for(output: str) -> str:
+    """The .nprof kept beside every output: ``out.speedscope.json`` -> ``out.nprof``."""
+    base = output
+    for ending in (".speedscope.json", ".json", ".folded", ".collapsed", ".txt", ".svg", ".pb.gz", ".nprof"):
+        if base.lower().endswith(ending):
+            base = base[: -len(ending)]
+            break
+    return base + ".nprof"
+
+
+class StopFlag:
+    """SIGINT and SIGTERM end the recording at the next safe point instead of raising mid-capture. A second
+    Ctrl-C falls back to the default handler (KeyboardInterrupt; the tracer's guards still resume and
+    detach every thread)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> StopFlag:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.signal = signum
+        signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
+
+    def __call__(self) -> bool:
+        return self.signal is not None
+
+
+def spawn(command: Sequence[str]) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(list(command))
+    except FileNotFoundError:
+        raise UsageError(f"Command not found: {command[0]}.", "Check the name and your PATH.") from None
+    except PermissionError:
+        raise UsageError(f"Command not executable: {command[0]}.", "Check its permissions.") from None
+
+
+def run(args: argparse.Namespace, agents: Sequence[Agent] = ()) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if (args.pid is None) == (not command):
+        raise UsageError(
+            "Give either --pid PID or a command after --.",
+            "Examples: `nprof record --pid 1234`, `nprof record -o out.speedscope.json -- python app.py`.",
+        )
+    config = sampler_config(args)
+    export = export_config(args)
+    exporter: Exporter | None = None
+    if args.output is not None:
+        exporter = infer_format(args.output, args.format)
+        check_writable(args.output)
+    elif args.format is not None:
+        exporter = infer_format("", args.format)
+
+    child = spawn(command) if command else None
+    pid = child.pid if child is not None else args.pid
+    output = args.output or _default_output(pid, exporter)
+    exporter = exporter or infer_format(output, None)
+    if args.output is None:
+        check_writable(output)
+    session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
+                                  stack_bytes=config.stack_bytes, native=config.native))  # fmt: skip
+    sampler = Sampler(session, config, agents=agents, notice=lambda m: print(f"nprof: {m}", file=sys.stderr))
+    try:
+        sampler.add_process(pid)
+    except NoSuchProcess:
+        if child is not None and child.poll() is not None:
+            raise TargetError(
+                f"{command[0]} exited (status {child.returncode}) before nprof could attach to it."
+            ) from None
+        raise
+    except BaseException:
+        sampler.tracer.detach_all()
+        raise
+    print(f"nprof: recording pid {pid} ({' '.join(session.meta.command)[:80]}) at {config.rate:g} Hz; "
+          "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
+    status = StatusLine(sampler)
+    stop = StopFlag()
+    try:
+        with stop:
+            for tick in sampler.run(stop):
+                status.update(tick)
+    finally:
+        status.clear()
+        sampler.close()
+    resolve(session, sampler.modules.objects, {t.agent.name: t.agent for t in sampler.targets.values() if t.agent})
+    why = _why_it_ended(sampler, stop, config)
+    written = _write_outputs(session, output, exporter, export)
+    print(f"nprof: {why}; {session.total_samples:,} samples of {len(session.threads)} thread(s) in "
+          f"{session.meta.duration:.1f}s ({error_count(session)} errors).")  # fmt: skip
+    for line in written:
+        print(f"nprof: {line}")
+    print(top_table(session, export))
+    if child is not None:
+        return _wait_child(child, pid, session)
+    return 0
+
+
+def _default_output(pid: int, exporter: Exporter | None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = (procfs.read_comm(pid) or "target").replace("/", "_").replace(" ", "_")
+    ext = exporter.extensions[0] if exporter is not None else ".speedscope.json"
+    return f"nprof-{name}-{pid}-{stamp}{ext}"
+
+
+def _why_it_ended(sampler: Sampler, stop: StopFlag, config: SamplerConfig) -> str:
+    if stop.signal is not None:
+        return f"stopped by {signal.Signals(stop.signal).name}"
+    if sampler.end_reason is EndReason.EXITED:
+        codes = sampler.session.meta.exit_status
+        code = next(iter(codes.values()), None)
+        return "target exited" + (f" (status {code})" if code is not None else "")
+    return f"recorded {config.duration:g}s"
+
+
+def _write_outputs(session: Session, output: str, exporter: Exporter, export: ExportConfig) -> list[str]:
+    """Write the requested output and the session file; a failure of one does not lose the other."""
+    lines = []
+    failures = []
+    targets = [(output, exporter)]
+    session_path = session_path_for(output)
+    if exporter.format != "nprof":
+        targets.append((session_path, infer_format(session_path, "nprof")))
+    for path, exp in targets:
+        try:
+            write(session, path, exp, export)
+            lines.append(f"wrote {exp.format} to {os.path.abspath(path)}")
+        except OutputError as e:
+            failures.append(e)
+        except OSError as e:
+            failures.append(OutputError(f"Cannot write {path}: {e.strerror}."))
+    if failures:
+        for line in lines:
+            print(f"nprof: {line}")
+        raise failures[0]
+    if exporter.format == "speedscope":
+        lines.append(f"open it with https://www.speedscope.app or `npx speedscope {output}`")
+    return lines
+
+
+def _wait_child(child: subprocess.Popen, pid: int, session: Session) -> int:
+    """The spawned command is never killed: if it still runs when recording ends, wait for it."""
+    if pid in session.meta.exit_status:
+        child.returncode = session.meta.exit_status[pid]
+        return 0
+    if child.poll() is None:
+        print(f"nprof: waiting for {session.meta.command[0]} (pid {pid}) to exit", file=sys.stderr)
+        try:
+            child.wait()
+        except KeyboardInterrupt:
+            print(f"nprof: not waiting any longer; pid {pid} runs on", file=sys.stderr)
+    return 0

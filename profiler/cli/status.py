@@ -1,0 +1,80 @@
+"""What the user sees while and after recording: the live status line and the top-functions table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from profiler.config import ExportConfig
+from profiler.sampling.sampler import Sampler, Tick
+from profiler.sampling.session import Session
+from profiler.tree.calltree import function_totals
+
+#: least time between two redraws of the status line
+REDRAW_INTERVAL = 0.25
+
+ERROR_COUNTERS = (
+    "stack_read_errors",
+    "agent_capture_errors",
+    "agent_decode_errors",
+    "agent_refresh_errors",
+    "stack_outside_mappings",
+)
+
+
+def error_count(session: Session, sampler: Sampler | None = None) -> int:
+    n = sum(session.counters.get(c, 0) for c in ERROR_COUNTERS)
+    if sampler is not None:
+        n += sampler.tracer.stats.late_stops
+    return n
+
+
+class StatusLine:
+    """One line on stderr, redrawn in place: elapsed time, samples, achieved rate, threads, errors.
+
+    Drawn only when stderr is a terminal, so logs and pipes are not filled with carriage returns.
+    """
+
+    def __init__(self, sampler: Sampler, stream: TextIO = sys.stderr, enabled: bool | None = None) -> None:
+        self.sampler = sampler
+        self.stream = stream
+        self.enabled = stream.isatty() if enabled is None else enabled
+        self._last = 0.0
+        self._width = 0
+
+    def update(self, tick: Tick, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < REDRAW_INTERVAL:
+            return
+        self._last = now
+        s = self.sampler
+        session = s.session
+        elapsed = max(tick.time, 1e-9)
+        threads = sum(1 for t in s.tracer.threads.values() if not t.gone)
+        text = (
+            f"nprof: {elapsed:6.1f}s  {session.total_samples:,} samples  {s.ticks / elapsed:6.1f} Hz  "
+            f"{threads} thread{'s' if threads != 1 else ''}  {error_count(session, s)} errors"
+        )
+        self._width = max(self._width, len(text))
+        self.stream.write("\r" + text.ljust(self._width))
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+
+
+def top_table(session: Session, config: ExportConfig, limit: int = 10) -> str:
+    """The functions with the most samples, by self and total share."""
+    totals, samples = function_totals(session, config)
+    idle_note = "idle included" if config.idle else "idle excluded, --idle to include"
+    if not samples:
+        return f"No samples to show ({idle_note})."
+    lines = [f"Top functions ({samples:,} samples, {idle_note}):", "   self%  total%  function"]
+    for t in totals[:limit]:
+        lines.append(f"  {100 * t.self_samples / samples:5.1f}%  {100 * t.total_samples / samples:5.1f}%  {t.label}")
+    return "\n".join(lines)

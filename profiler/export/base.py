@@ -1,0 +1,55 @@
+"""The exporter protocol, the registry of formats, and the atomic write every output goes through."""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from profiler.atomic import atomic_write
+from profiler.config import ExportConfig
+from profiler.errors import UsageError
+from profiler.sampling.session import Session
+
+
+class Exporter(Protocol):
+    #: the name used with -f/--format
+    format: str
+    #: file name endings that select this format, longest first when they overlap
+    extensions: tuple[str, ...]
+
+    def render(self, session: Session, config: ExportConfig) -> bytes:
+        """The whole output file. Needs a symbolized session (``session.frame_info``)."""
+
+
+def exporters() -> dict[str, Exporter]:
+    from profiler.export.folded import FoldedExporter
+    from profiler.export.session import SessionExporter
+    from profiler.export.speedscope import SpeedscopeExporter
+
+    return {e.format: e for e in (SpeedscopeExporter(), FoldedExporter(), SessionExporter())}
+
+
+def infer_format(path: str, requested: str | None) -> Exporter:
+    """The exporter for ``-f`` if given, else for the output file's extension."""
+    known = exporters()
+    names = ", ".join(sorted(known))
+    if requested is not None:
+        exporter = known.get(requested.lower())
+        if exporter is None:
+            raise UsageError(f"Unknown output format {requested!r}.", f"Choose one of: {names}.")
+        return exporter
+    name = os.path.basename(path).lower()
+    matches = [(len(ext), e) for e in known.values() for ext in e.extensions if name.endswith(ext)]
+    if not matches:
+        endings = ", ".join(ext for e in known.values() for ext in e.extensions)
+        raise UsageError(
+            f"Cannot tell the output format of {path!r} from its extension.",
+            f"Use one of the endings {endings}, or give -f/--format ({names}).",
+        )
+    return max(matches, key=lambda m: m[0])[1]
+
+
+def write(session: Session, path: str, exporter: Exporter, config: ExportConfig) -> None:
+    data = exporter.render(session, config)
+    with atomic_write(path) as f:
+        f.write(data)

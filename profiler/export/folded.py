@@ -1,0 +1,43 @@
+"""Folded stacks ("collapsed" format of Brendan Gregg's stackcollapse scripts): one line per distinct stack,
+frames root first separated by ';', then a space and the sample count. flamegraph.pl, inferno and speedscope
+read it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from profiler.config import ExportConfig
+from profiler.model import FrameInfo
+from profiler.sampling.session import Session
+from profiler.tree.calltree import frame_filter, stack_counts, stack_frames
+
+
+def folded_name(frame: FrameInfo) -> str:
+    # ';' separates frames and the last ' ' separates the count: neither may appear inside a frame
+    name = frame.name
+    if frame.module and not frame.file:
+        name = f"{name} [{frame.module}]"
+    elif frame.file:
+        name = f"{name} ({frame.file}:{frame.line})" if frame.line else f"{name} ({frame.file})"
+    return name.replace(";", ":").replace("\n", " ")
+
+
+class FoldedExporter:
+    format = "folded"
+    extensions = (".folded", ".txt", ".collapsed")
+
+    def render(self, session: Session, config: ExportConfig) -> bytes:
+        info = session.frame_info or []
+        names = [folded_name(f) for f in info]
+        keep = frame_filter(session, config)
+        lines: dict[str, int] = defaultdict(int)
+        for thread, per in stack_counts(session, config).items():
+            prefix = ""
+            if config.threads:
+                t = session.threads[thread]
+                prefix = f"{t.name} (tid {t.tid})".replace(";", ":") + ";"
+            for sid, n in per.items():
+                fids = stack_frames(session, sid, keep)
+                if fids:
+                    lines[prefix + ";".join(names[f] for f in fids)] += n
+        return "".join(f"{stack} {n}\n" for stack, n in sorted(lines.items())).encode()

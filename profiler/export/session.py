@@ -1,0 +1,18 @@
+"""The .nprof session file as an output format (the file format itself lives in sampling/session.py)."""
+
+from __future__ import annotations
+
+import io
+
+from profiler.config import ExportConfig
+from profiler.sampling.session import Session
+
+
+class SessionExporter:
+    format = "nprof"
+    extensions = (".nprof",)
+
+    def render(self, session: Session, config: ExportConfig) -> bytes:
+        buffer = io.BytesIO()
+        session.write_to(buffer)
+        return buffer.getvalue()

@@ -1,0 +1,107 @@
+"""speedscope's file format (https://www.speedscope.app/file-format-schema.json), written with orjson.
+
+One *sampled* profile per thread, all sharing one frame table. Samples are aggregated: each distinct stack
+appears once with its sample count as weight, so the file's size is bounded by the number of distinct
+stacks (py-spy writes one entry per sample). Weights are in seconds: each sample stands for the time between
+two ticks of the recording.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from profiler import __version__
+from profiler.config import ExportConfig
+from profiler.model import FrameInfo
+from profiler.sampling.session import Session
+from profiler.tree.calltree import frame_filter, stack_counts, stack_frames
+
+SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
+
+
+def profile_name(session: Session) -> str:
+    command = " ".join(session.meta.command) or "?"
+    if len(command) > 120:
+        command = command[:117] + "..."
+    return f"nprof: {command} (pid {session.meta.pid})"
+
+
+def _frame(info: FrameInfo) -> dict[str, object]:
+    out: dict[str, object] = {"name": info.name}
+    if info.file:
+        out["file"] = info.file
+        if info.line:
+            out["line"] = info.line
+    elif info.module:
+        out["file"] = info.module
+    return out
+
+
+class SpeedscopeExporter:
+    format = "speedscope"
+    extensions = (".speedscope.json", ".json")
+
+    def render(self, session: Session, config: ExportConfig) -> bytes:
+        info = session.frame_info or []
+        # speedscope identifies frames by index: frames that look the same (a function sampled at several
+        # addresses) must share one index, or the flame graph shows the function as several nodes
+        shared: list[dict[str, object]] = []
+        index_of: dict[tuple[str, str | None, int | None], int] = {}
+        remap = []
+        for f in info:
+            key = (f.name, f.file or f.module, f.line)
+            if key not in index_of:
+                index_of[key] = len(shared)
+                shared.append(_frame(f))
+            remap.append(index_of[key])
+        keep = frame_filter(session, config)
+        seconds_per_sample = _seconds_per_sample(session)
+        profiles = []
+        multi_process = len({t.pid for t in session.threads}) > 1
+        for thread, per in stack_counts(session, config).items():
+            samples: list[list[int]] = []
+            weights: list[float] = []
+            for sid, n in sorted(per.items(), key=lambda item: -item[1]):
+                fids = stack_frames(session, sid, keep)
+                if fids:
+                    samples.append([remap[f] for f in fids])
+                    weights.append(n * seconds_per_sample)
+            if not samples:
+                continue
+            t = session.threads[thread]
+            name = f"{t.name} (tid {t.tid})" if not multi_process else f"pid {t.pid}: {t.name} (tid {t.tid})"
+            total = sum(weights)
+            profiles.append(
+                {
+                    "type": "sampled",
+                    "name": name,
+                    "unit": "seconds",
+                    "startValue": 0,
+                    "endValue": total,
+                    "samples": samples,
+                    "weights": weights,
+                }
+            )
+        profiles.sort(key=lambda p: -p["endValue"])
+        if not profiles:
+            # an empty sampled profile keeps the file loadable when nothing was sampled (e.g. all idle)
+            profiles.append(
+                {"type": "sampled", "name": "no samples", "unit": "seconds", "startValue": 0, "endValue": 0,
+                 "samples": [], "weights": []}  # fmt: skip
+            )
+        document = {
+            "$schema": SCHEMA_URL,
+            "name": profile_name(session),
+            "exporter": f"nprof {__version__}",
+            "activeProfileIndex": 0,
+            "shared": {"frames": shared},
+            "profiles": profiles,
+        }
+        return orjson.dumps(document)
+
+
+def _seconds_per_sample(session: Session) -> float:
+    ticks = session.counters.get("ticks", 0)
+    if ticks and session.meta.duration > 0:
+        return session.meta.duration / ticks
+    return 1.0 / session.meta.rate if session.meta.rate > 0 else 1.0

@@ -1,0 +1,339 @@
+"""The sampling loop: an iterator of ticks. Each tick decides which threads to stop, lets the tracer copy
+them, and only then (with every thread running again) unwinds, merges and interns the copies.
+
+Which threads are stopped (DESIGN.md section 2):
+
+* a thread whose schedstat run time has not grown since its previous sample has the same stack: it is not
+  stopped, its previous stack is counted again as IDLE;
+* a thread that has run but is asleep in the kernel now is not stopped either (a ptrace stop can make some
+  syscalls return EINTR in the target, signal(7)); it is counted BLOCKED with its last stack, unless
+  ``interrupt_sleeping`` asks for exact idle stacks;
+* everything else is stopped, all at once.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from profiler.binary.objfile import ObjectFileCache
+from profiler.config import CapturePriority, SamplerConfig
+from profiler.model import (
+    NUM_DWARF_REGS,
+    FrameKind,
+    NativeFrame,
+    RuntimeFrame,
+    SampleClass,
+    StopReason,
+)
+from profiler.runtime import Agent, AgentSession
+from profiler.sampling.merge import MergeOutcome, merge
+from profiler.sampling.session import Session
+from profiler.sampling.timer import Timer
+from profiler.target import ptrace as pt
+from profiler.target.process import TargetProcess
+from profiler.target.procfs import read_comm
+from profiler.target.tracer import Capture, ThreadRecord, Tracer
+from profiler.unwind.address_space import AddressSpace, ModuleRegistry
+from profiler.unwind.policy import NativeUnwinder
+from profiler.unwind.stack import StackWindow
+
+#: Run-time growth below this counts as "has not run": stopping and resuming a sleeping thread itself
+#: costs it 16-64 us of run time (measured here), which must not make it look busy at the next tick.
+IDLE_EPSILON_NS = 100_000
+
+#: /proc state letters of a thread asleep in the kernel (proc(5)): sleeping, disk sleep, idle kthread
+_ASLEEP = frozenset("SDI")
+#: stopped by job control or by another tracer: it cannot run, so its stack cannot change
+_HALTED = frozenset("Tt")
+
+
+class EndReason(enum.Enum):
+    DURATION = "duration"  #: the requested duration elapsed
+    STOPPED = "stopped"  #: should_stop became true (Ctrl-C, SIGTERM, a daemon's stop)
+    EXITED = "exited"  #: every target process exited
+
+
+@dataclass
+class Tick:
+    """What one tick did; the CLI's status line and the daemon read these."""
+
+    number: int
+    time: float
+    stopped: int  #: threads stopped this tick
+    reused: int  #: idle or asleep threads counted without stopping them
+
+
+@dataclass
+class ThreadState:
+    """The sampler's memory of one thread between ticks."""
+
+    index: int  #: the session's thread index
+    last_run_time: int = -1
+    run_time_at_stop: int = -1
+    last_stack: int | None = None
+    last_stop: StopReason = StopReason.REUSED
+
+
+class Target:
+    """One sampled process and its per-process machinery."""
+
+    def __init__(self, process: TargetProcess, space: AddressSpace, config: SamplerConfig) -> None:
+        self.process = process
+        self.space = space
+        self.unwinder = NativeUnwinder(space, config.max_frames)
+        self.agent: AgentSession | None = None
+        self.agent_index = -1
+
+
+class Sampler:
+    def __init__(
+        self,
+        session: Session,
+        config: SamplerConfig,
+        tracer: Tracer | None = None,
+        objects: ObjectFileCache | None = None,
+        agents: Sequence[Agent] = (),
+        notice: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.session = session
+        self.config = config
+        self.tracer = tracer or Tracer(config.stack_bytes, config.stop_deadline)
+        self.objects = objects or ObjectFileCache()
+        self.agents = list(agents)
+        self.notice = notice
+        self.modules = ModuleRegistry()
+        self.targets: dict[int, Target] = {}
+        self.threads: dict[tuple[int, int], ThreadState] = {}
+        self.timer = Timer(config.rate)
+        self.started = time.monotonic()
+        self.ticks = 0
+        self.end_reason = EndReason.STOPPED
+        self._ncpu = _cpu_count()
+
+    # --- targets ----------------------------------------------------------------------------------------
+
+    def add_process(self, pid: int) -> Target:
+        """Validate, seize every thread, map modules and detect a managed runtime."""
+        process = TargetProcess(pid)
+        # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
+        # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
+        target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
+        for agent in self.agents:
+            session = agent.detect(process)
+            if session is not None:
+                target.agent = session
+                target.agent_index = self.session.agent_index(session.name)
+                break
+        self.tracer.add_process(process)
+        self.targets[pid] = target
+        self.session.meta.processes[pid] = process.cmdline
+        self.session.modules = self.modules.modules
+        return target
+
+    @property
+    def alive(self) -> bool:
+        return any(self.tracer.process_alive(pid) for pid in self.targets)
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Tick]:
+        return self.run()
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> Iterator[Tick]:
+        """Yield after every tick until the duration ends, ``should_stop`` is true or every target exited."""
+        config = self.config
+        end = None if config.duration is None else self.started + config.duration
+        due = self.timer.next_due = time.monotonic()
+        self.end_reason = EndReason.STOPPED
+        while not should_stop():
+            if end is not None and due >= end:
+                self.end_reason = EndReason.DURATION
+                break
+            if not self.tracer.pump(due, should_stop) or not self.alive:
+                self.end_reason = EndReason.EXITED
+                break
+            if should_stop():
+                break
+            yield self.tick()
+            due = self.timer.advance()
+            if end is not None and due > end:
+                due = end
+        self.session.meta.duration = time.monotonic() - self.started
+
+    def tick(self) -> Tick:
+        self.ticks += 1
+        due: list[ThreadRecord] = []
+        reused = 0
+        for pid, target in self.targets.items():
+            if not self.tracer.process_alive(pid):
+                continue
+            if target.agent is not None and hasattr(target.agent, "refresh"):
+                self._guard_agent(target, target.agent.refresh)
+            for record in self.tracer.sync_threads(pid):
+                state = self._state(record)
+                if self._reuse(record, state):
+                    reused += 1
+                else:
+                    due.append(record)
+        fifo = self.config.capture_priority is CapturePriority.FIFO or (
+            self.config.capture_priority is CapturePriority.AUTO and len(due) > self._ncpu
+        )
+        captures = self.tracer.capture(
+            due, copy_stack=self.config.native, agent_capture=self._agent_capture, fifo=fifo
+        )
+        for capture in captures:
+            self._record(capture)
+            self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
+        return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
+
+    def _state(self, record: ThreadRecord) -> ThreadState:
+        state = self.threads.get(record.key)
+        if state is None:
+            index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
+            state = self.threads[record.key] = ThreadState(index)
+        return state
+
+    def _reuse(self, record: ThreadRecord, state: ThreadState) -> bool:
+        """Count a sample without stopping the thread, when its stack cannot have changed (or must not be
+        disturbed). False means: stop it."""
+        run_time = record.proc.run_time()
+        if run_time is None:
+            return True  # gone; the tracer drops it when its exit is reaped
+        idle = 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
+        if not idle and not self.config.interrupt_sleeping:
+            letter = record.proc.state()
+            if letter in _HALTED:
+                idle = True
+            elif letter in _ASLEEP:
+                state.last_run_time = run_time
+                if state.last_stack is not None:
+                    self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, SampleClass.BLOCKED)
+                return True
+        if idle:
+            if state.last_stack is not None:
+                self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, SampleClass.IDLE)
+                return True
+            # never sampled yet: stop it once to learn its stack
+        state.run_time_at_stop = run_time
+        return False
+
+    def _agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
+        target = self.targets.get(record.pid)
+        if target is None or target.agent is None:
+            return None
+        try:
+            return target.agent.capture(record.tid, regs)
+        except Exception:  # an agent bug must not leave the thread stopped or end the recording
+            self.session.count("agent_capture_errors")
+            return None
+
+    # --- after resume: unwind, merge, intern ---------------------------------------------------------------
+
+    def _record(self, capture: Capture) -> None:
+        record = capture.thread
+        target = self.targets[record.pid]
+        state = self._state(record)
+        state.last_run_time = state.run_time_at_stop
+        r = capture.slot.regs
+        regs = [r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp,
+                r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip]  # fmt: skip
+        assert len(regs) == NUM_DWARF_REGS
+        cls = SampleClass.BLOCKED if pt.in_blocking_syscall(r.orig_rax, r.rax) else SampleClass.RUNNING
+        self._track_stack_mapping(target, record, r.rsp)
+        native: list[NativeFrame] = []
+        stop = StopReason.NO_STACK_COPY
+        if self.config.native:
+            if capture.stack_len < 0:
+                self.session.count("stack_read_errors")
+            window = StackWindow(capture.stack, capture.stack_base, capture.window_full)
+            unwound = target.unwinder.unwind(regs, window)
+            native, stop = unwound.frames, unwound.stop
+        runtime = self._runtime_frames(target, capture)
+        keys = self._keys(target, native, runtime, stop)
+        sid = self.session.intern_stack(keys)
+        state.last_stack, state.last_stop = sid, stop
+        self.session.add_sample(state.index, sid, stop, cls)
+
+    def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
+        if target.agent is None or capture.agent_data is None:
+            return []
+        try:
+            return target.agent.frames(capture.agent_data)
+        except Exception:
+            self.session.count("agent_decode_errors")
+            return []
+
+    def _keys(
+        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
+    ) -> tuple[tuple[int, int, int, int], ...]:
+        if not runtime:
+            return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native)
+        agent = target.agent
+        anchors = [agent.is_anchor(f) for f in native] if agent is not None else [False] * len(native)
+        frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK)
+        if outcome not in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME):
+            self.session.count(f"merge_{outcome.name.lower()}")
+        ai = target.agent_index
+        return tuple(
+            (FrameKind.NATIVE, f.module, f.rel, 0)
+            if isinstance(f, NativeFrame)
+            else (FrameKind.RUNTIME, ai, f.code, f.offset)
+            for f in frames
+        )
+
+    def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
+        """Remember the stack mapping holding rsp, so the next copy stops at its end."""
+        if record.stack_lo <= rsp < record.stack_hi:
+            return
+        maps = target.process.maps
+        mapping = maps.find(rsp)
+        if mapping is None:
+            maps = target.process.refresh_maps()
+            mapping = maps.find(rsp)
+        end = maps.region_end(rsp) if mapping is not None else None
+        if mapping is not None and end is not None:
+            record.stack_lo, record.stack_hi = mapping.start, end
+        else:
+            self.session.count("stack_outside_mappings")
+
+    def _guard_agent(self, target: Target, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception:
+            self.session.count("agent_refresh_errors")
+
+    # --- the end ----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Detach from everything, record exit statuses, thread names and counters."""
+        for target in self.targets.values():
+            for record in self.tracer.sync_threads(target.process.pid):
+                name = read_comm(record.pid, record.tid)
+                if record.key in self.threads and name:
+                    self.session.rename_thread(self.threads[record.key].index, name)
+        stuck = self.tracer.detach_all()
+        if stuck:
+            self.session.count("threads_not_detached", len(stuck))
+        meta = self.session.meta
+        for pid, status in self.tracer.exit_status.items():
+            meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
+        stats = self.tracer.stats
+        for name in ("late_stops", "signals_forwarded", "group_stops", "threads_seen", "threads_exited"):
+            value = getattr(stats, name)
+            if value:
+                self.session.counters[name] = value
+        self.session.counters["ticks"] = self.ticks
+        if self.timer.late_ticks:
+            self.session.counters["late_ticks"] = self.timer.late_ticks
+        self.session.modules = list(self.modules.modules)
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except OSError:
+        return os.cpu_count() or 1

@@ -1,0 +1,38 @@
+"""When the next tick is due: jittered intervals around 1/rate.
+
+A fixed period can phase-lock with periodic work in the target and sample the same point of a loop every
+time (py-spy issue #94 motivated its exponential intervals). Uniform jitter in [0.5, 1.5] x period breaks
+the lock as well, while bounding the shortest gap, so two stops of one thread are never back to back.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+#: half-width of the jitter, as a fraction of the period
+JITTER = 0.5
+
+
+class Timer:
+    def __init__(self, rate: float, seed: int | None = None) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.period = 1.0 / rate
+        self._random = random.Random(seed)
+        self.next_due = time.monotonic()
+        self.late_ticks = 0
+
+    def advance(self) -> float:
+        """Schedule the tick after the current one and return its monotonic due time.
+
+        A tick that is already late by more than a period is not followed by a burst of catch-up ticks:
+        the schedule restarts from now, and the skipped tick is counted.
+        """
+        now = time.monotonic()
+        step = self.period * (1.0 + self._random.uniform(-JITTER, JITTER))
+        self.next_due += step
+        if self.next_due < now - self.period:
+            self.late_ticks += 1
+            self.next_due = now + step
+        return self.next_due

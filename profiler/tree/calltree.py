@@ -1,0 +1,99 @@
+"""Views over a session's samples: which samples count, the stacks they hold, and per-function totals.
+
+Everything here works per *distinct* (thread, stack) pair, never per sample, so its cost is bounded by the
+number of distinct stacks whatever the recording's length.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from profiler.config import ExportConfig
+from profiler.model import FrameInfo, SampleClass
+from profiler.sampling.session import Session
+
+
+def included(cls: int, config: ExportConfig) -> bool:
+    """Whether a sample of class ``cls`` is shown under ``config``."""
+    if config.gil_only:
+        return cls == SampleClass.GIL_HELD
+    return config.idle or not SampleClass(cls).is_idle
+
+
+def stack_counts(session: Session, config: ExportConfig) -> dict[int, dict[int, int]]:
+    """thread index -> {stack id: samples}, for the samples ``config`` shows."""
+    out: dict[int, dict[int, int]] = defaultdict(dict)
+    for (thread, stack, _stop, cls), n in session.samples.items():
+        if stack < 0 or not included(cls, config):
+            continue
+        per = out[thread]
+        per[stack] = per.get(stack, 0) + n
+    return dict(out)
+
+
+def frame_filter(session: Session, config: ExportConfig) -> Callable[[int], bool]:
+    """Predicate on frame ids: False for frames ``config`` hides."""
+    info = session.frame_info or []
+    if not config.hide_interpreter:
+        return lambda fid: True
+    hidden = {fid for fid, f in enumerate(info) if is_interpreter_frame(f)}
+    return lambda fid: fid not in hidden
+
+
+#: the interpreter's own frames between its eval loop and a C call (cpython-internals.md section 4.2:
+#: pystack's IGNORE class); hidden by --hide-interpreter, kept by default
+_INTERPRETER_PREFIXES = ("_PyEval_", "PyEval_", "_PyObject_", "PyObject_Call", "_PyFunction_", "method_vectorcall")
+_INTERPRETER_WORDS = ("Vectorcall", "vectorcall", "cfunction_call", "slot_tp_call", "type_call", "call_function")
+
+
+def is_interpreter_frame(frame: FrameInfo) -> bool:
+    if frame.module is None or "python" not in frame.module:
+        return False
+    name = frame.name
+    return name.startswith(_INTERPRETER_PREFIXES) or any(w in name for w in _INTERPRETER_WORDS)
+
+
+def stack_frames(session: Session, sid: int, keep: Callable[[int], bool]) -> list[int]:
+    """Frame ids of stack ``sid``, outermost first, without hidden frames."""
+    return [fid for fid in session.stacks.frames(sid) if keep(fid)]
+
+
+@dataclass(frozen=True)
+class FunctionTotal:
+    label: str
+    self_samples: int
+    total_samples: int
+
+
+def function_totals(session: Session, config: ExportConfig) -> tuple[list[FunctionTotal], int]:
+    """Per function: samples where it is the leaf (self) and where it is anywhere (total, once per
+    sample even when it recurses). Returns the totals, most self first, and the number of samples."""
+    info = session.frame_info or []
+    keep = frame_filter(session, config)
+    self_n: dict[str, int] = defaultdict(int)
+    total_n: dict[str, int] = defaultdict(int)
+    samples = 0
+    merged: dict[int, int] = defaultdict(int)
+    for per in stack_counts(session, config).values():
+        for sid, n in per.items():
+            merged[sid] += n
+    for sid, n in merged.items():
+        fids = stack_frames(session, sid, keep)
+        if not fids:
+            continue
+        samples += n
+        labels = [function_label(info[f]) if f < len(info) else f"#{f}" for f in fids]
+        self_n[labels[-1]] += n
+        for label in set(labels):
+            total_n[label] += n
+    totals = [FunctionTotal(label, self_n.get(label, 0), total) for label, total in total_n.items()]
+    totals.sort(key=lambda t: (-t.self_samples, -t.total_samples, t.label))
+    return totals, samples
+
+
+def function_label(frame: FrameInfo) -> str:
+    """How a function is shown in tables: name, and the module or file it comes from."""
+    where = frame.file or frame.module
+    return f"{frame.name} ({where})" if where and where not in frame.name else frame.name

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install everything nprof's test suite needs, idempotently, from the project's own files:
+#   - Debian packages: Chromium (the real speedscope viewer), gdb (ground truth for native stacks),
+#     python3-dbg / python3.11-dbg (symbols of Debian's /usr/bin/python3), gcc/g++ (test targets);
+#   - nprof itself with its test extras (pytest, jsonschema, playwright's Python driver);
+#   - npm's speedscope package (viewer + JSON schema), pinned, into .test-deps/.
+# Nothing is downloaded by playwright itself: the tests drive Debian's /usr/bin/chromium.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+SPEEDSCOPE_VERSION=1.25.0
+APT_PACKAGES=(chromium gdb gcc g++ binutils python3-dbg python3.11-dbg)
+
+log() { printf '[setup-tests] %s\n' "$*"; }
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    log "Debian packages present"
+fi
+
+if ! "$PYTHON" -c 'import profiler, pytest, jsonschema, playwright, elftools, capstone, ptrace, numpy, orjson, cxxfilt' 2>/dev/null \
+    || [ "$("$PYTHON" -c 'import profiler, os; print(os.path.dirname(os.path.dirname(profiler.__file__)))')" != "$PWD" ]; then
+    log "installing nprof and its test extras into $("$PYTHON" -c 'import sys; print(sys.prefix)')"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test]"
+else
+    log "nprof and test extras present"
+fi
+
+if [ ! -f ".test-deps/node_modules/speedscope/dist/release/index.html" ] \
+    || ! grep -q "speedscope@${SPEEDSCOPE_VERSION}" .test-deps/node_modules/speedscope/dist/release/release.txt 2>/dev/null; then
+    log "installing speedscope@${SPEEDSCOPE_VERSION} from npm into .test-deps/"
+    mkdir -p .test-deps
+    npm install --silent --no-audit --no-fund --prefix .test-deps "speedscope@${SPEEDSCOPE_VERSION}" >/dev/null
+else
+    log "speedscope viewer present"
+fi
+log "ready"

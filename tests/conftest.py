@@ -1,0 +1,94 @@
+"""Session-wide fixtures: test targets built once, and the leak guard that runs after every test."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.support.targets import FRAME_POINTERS, build_c
+
+
+def _children_of(pid: int) -> list[tuple[int, str, int]]:
+    """(pid, state, tracer pid) of every live descendant of ``pid``."""
+    parents: dict[int, int] = {}
+    info: dict[int, tuple[str, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except OSError:
+            continue
+        p = int(entry)
+        parents[p] = int(fields["PPid"])
+        info[p] = (fields["State"].split()[0], int(fields["TracerPid"]))
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for p, pp in parents.items():
+            if pp == parent:
+                found.append(p)
+                frontier.append(p)
+    return [(p, *info[p]) for p in found if info[p][0] != "Z"]
+
+
+def _traced_by_us() -> list[tuple[int, int]]:
+    me = os.getpid()
+    ours = {me} | {p for p, _s, _t in _children_of(me)}
+    traced = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for tid in os.listdir(f"/proc/{entry}/task"):
+                with open(f"/proc/{entry}/task/{tid}/status") as f:
+                    for line in f:
+                        if line.startswith("TracerPid:") and int(line.split()[1]) in ours:
+                            traced.append((int(tid), int(line.split()[1])))
+        except OSError:
+            continue
+    return traced
+
+
+@pytest.fixture(autouse=True)
+def leak_guard():
+    """After each test: no child left running, no thread left attached to pytest or its children."""
+    yield
+    leftovers = _children_of(os.getpid())
+    traced = _traced_by_us()
+    for p, _state, _tracer in leftovers:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not traced, f"threads left attached (tid, tracer): {traced}"
+    assert not leftovers, f"child processes left running (pid, state, tracer): {leftovers}"
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("targets"))
+
+
+@pytest.fixture(scope="session")
+def chain_fp(build_dir) -> str:
+    """tests/targets/chain.c with frame pointers."""
+    return build_c("chain.c", build_dir, FRAME_POINTERS, name="chain-fp")
+
+
+@pytest.fixture(scope="session")
+def threads_fp(build_dir) -> str:
+    return build_c("threads.c", build_dir, FRAME_POINTERS, name="threads-fp")
+
+
+@pytest.fixture(scope="session")
+def churn_fp(build_dir) -> str:
+    return build_c("churn.c", build_dir, FRAME_POINTERS, name="churn-fp")
+
+
+@pytest.fixture(scope="session")
+def signals_fp(build_dir) -> str:
+    return build_c("signals.c", build_dir, FRAME_POINTERS, name="signals-fp")

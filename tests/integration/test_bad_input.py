@@ -1,0 +1,117 @@
+"""Bad input gets one clear paragraph and a non-zero exit code, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from tests.support.elf32 import write_i386_binary
+from tests.support.targets import nprof_command, run_nprof, running_target, stop, wait_until
+
+
+def assert_error(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("nprof: error: ")
+    for phrase in phrases:
+        assert phrase in result.stderr, result.stderr
+
+
+def free_pid() -> int:
+    probe = subprocess.Popen(["true"])
+    probe.wait()
+    return probe.pid  # reaped: nothing has this pid now (pids are not reused this fast)
+
+
+def test_pid_that_does_not_exist():
+    pid = free_pid()
+    assert_error(run_nprof("record", "--pid", str(pid), "-d", "1"), 3, f"No process with pid {pid}")
+
+
+def test_kernel_thread():
+    with open("/proc/2/stat") as f:
+        flags = int(f.read().rsplit(")", 1)[1].split()[6])
+    if not flags & 0x00200000:
+        pytest.skip("pid 2 is not kthreadd on this system")
+    assert_error(run_nprof("record", "--pid", "2", "-d", "1"), 3, "kernel thread", "perf record")
+
+
+def test_permission_denied(tmp_path):
+    """nprof without CAP_SYS_PTRACE against another user's process."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to create another user's process")
+    target = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+    try:
+        assert wait_until(lambda: open(f"/proc/{target.pid}/comm").read().strip() == "sleep")
+        no_ptrace = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+        result = subprocess.run(
+            no_ptrace + nprof_command("record", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "x.json")),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert_error(result, 4, "Permission denied", "uid 65534", "CAP_SYS_PTRACE")
+        assert "SYS_PTRACE" in result.stderr  # the container advice, or the capability to grant
+    finally:
+        stop(target)
+
+
+def test_foreign_architecture():
+    """A 32-bit i386 process (the kernel runs it through IA-32 emulation)."""
+    directory = tempfile.mkdtemp()
+    try:
+        binary = write_i386_binary(os.path.join(directory, "pause32"))
+        try:
+            target = subprocess.Popen([binary])
+        except OSError as e:
+            pytest.skip(f"this kernel cannot run i386 binaries: {e}")
+        try:
+            assert_error(run_nprof("record", "--pid", str(target.pid), "-d", "1"), 3, "32-bit i386", "x86-64")
+        finally:
+            stop(target)
+    finally:
+        shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize(
+    "output, phrase",
+    [
+        ("/nonexistent-dir/out.speedscope.json", "does not exist"),
+        ("/proc/nprof-out.speedscope.json", "Cannot write the output"),
+    ],
+)
+def test_output_path_not_writable(chain_fp, output, phrase):
+    with running_target([chain_fp]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", output)
+        assert_error(result, 5, phrase)
+        assert open(f"/proc/{target.pid}/status").read().count("TracerPid:\t0") == 1, "checked before attaching"
+
+
+@pytest.mark.parametrize(
+    "args, phrase",
+    [
+        (["-o", "out.xyz"], "Cannot tell the output format"),
+        (["-f", "bogus", "-o", "out.json"], "Unknown output format 'bogus'"),
+        (["-r", "0"], "--rate 0 is out of range"),
+        (["--stack-bytes", "0"], "--stack-bytes 0 is out of range"),
+    ],
+)
+def test_bad_options(args, phrase, tmp_path):
+    result = run_nprof("record", "--pid", str(os.getpid()), "-d", "1", *args)
+    assert_error(result, 2, phrase)
+
+
+def test_neither_pid_nor_command():
+    assert_error(run_nprof("record", "-d", "1"), 2, "Give either --pid PID or a command")
+
+
+def test_command_not_found():
+    assert_error(run_nprof("record", "-d", "1", "--", "/no/such/command"), 2, "Command not found")
+
+
+def test_corrupt_session_file(tmp_path):
+    bad = tmp_path / "bad.nprof"
+    bad.write_bytes(b"this is not a zip archive")
+    assert_error(run_nprof("report", str(bad), "-o", str(tmp_path / "x.folded")), 6, "not an nprof session file")

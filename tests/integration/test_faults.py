@@ -1,0 +1,142 @@
+"""Faults while recording: the target always runs on (or exits normally), is never left stopped or traced,
+and whatever output is due is valid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.support.profiles import read_speedscope
+from tests.support.targets import (
+    assert_running_free,
+    nprof_command,
+    process_state,
+    run_nprof,
+    running_target,
+    stop,
+    thread_states,
+    wait_until,
+)
+
+
+def run_time(pid: int) -> int:
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def attached_by(pid: int, tracer: int) -> bool:
+    states = thread_states(pid)
+    return bool(states) and all(t == tracer for _s, t in states.values())
+
+
+def start_recording(pid: int, out: str, *extra: str) -> subprocess.Popen:
+    nprof = subprocess.Popen(
+        nprof_command("record", "--pid", str(pid), "-o", out, *extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert wait_until(lambda: attached_by(pid, nprof.pid) or nprof.poll() is not None, timeout=30)
+    assert nprof.poll() is None, nprof.communicate()
+    return nprof
+
+
+def test_thread_churn(churn_fp, tmp_path):
+    out = str(tmp_path / "churn.speedscope.json")
+    with running_target([churn_fp]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert target.poll() is None, "the target must run on"
+        assert_running_free(target.pid)
+    profiles = read_speedscope(out)
+    workers = [p for p in profiles if any("churn_work" in s for st in p.stacks for s in st)]
+    assert len(workers) >= 2, "short-lived threads are sampled from their start"
+
+
+def test_target_exits_mid_recording(churn_fp, tmp_path):
+    out = str(tmp_path / "exit.speedscope.json")
+    # the target churns threads for 1.5 s of the 30 s recording, then exits normally
+    with running_target([churn_fp, "1.5"]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "30", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert "target exited" in result.stdout
+        assert target.wait(timeout=10) == 0, "the target exits normally"
+    assert read_speedscope(out), "the profile of what ran is written"
+    assert os.path.exists(tmp_path / "exit.nprof")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_nprof_writes_what_was_sampled(chain_fp, tmp_path, sig):
+    out = str(tmp_path / "stopped.speedscope.json")
+    with running_target([chain_fp]) as target:
+        nprof = start_recording(target.pid, out)
+        time.sleep(1.0)  # the length of the recording, not a synchronisation
+        nprof.send_signal(sig)
+        stdout, stderr = nprof.communicate(timeout=60)
+        assert nprof.returncode == 0, stderr
+        assert f"stopped by {signal.Signals(sig).name}" in stdout
+        assert target.poll() is None
+        assert_running_free(target.pid)
+        before = run_time(target.pid)
+        assert wait_until(lambda: run_time(target.pid) > before + 1_000_000), "the target keeps running"
+    [profile] = read_speedscope(out)
+    assert sum(profile.stacks.values()) > 0
+
+
+def test_sigkill_to_nprof_leaves_target_running(chain_fp, tmp_path):
+    with running_target([chain_fp]) as target:
+        nprof = start_recording(target.pid, str(tmp_path / "killed.speedscope.json"))
+        time.sleep(0.5)
+        nprof.kill()
+        nprof.communicate(timeout=30)
+        # no PTRACE_O_EXITKILL: the kernel detaches every thread when the tracer dies
+        assert wait_until(lambda: attached_by(target.pid, 0), timeout=10)
+        assert target.poll() is None
+        assert_running_free(target.pid)
+        before = run_time(target.pid)
+        assert wait_until(lambda: run_time(target.pid) > before + 1_000_000), "the target keeps running"
+
+
+def test_signals_to_the_target_are_forwarded(signals_fp, tmp_path):
+    """The target takes a SIGALRM every millisecond while nprof samples it; its handler must see them."""
+    r, w = os.pipe()
+    target = subprocess.Popen([signals_fp, str(w)], pass_fds=[w], stdout=subprocess.PIPE, text=True)
+    os.close(w)
+    try:
+        assert os.read(r, 6) == b"ready\n"
+        out = str(tmp_path / "signals.speedscope.json")
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-r", "500", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert_running_free(target.pid)
+        target.send_signal(signal.SIGUSR1)
+        report, _ = target.communicate(timeout=30)
+    finally:
+        os.close(r)
+        stop(target)
+    alarms, periods = (int(float(x)) for x in report.split()[1::2])
+    # Standard signals coalesce while one is pending, so a busy 2-CPU machine loses a few even untraced;
+    # a tracer that swallowed or stalled signals would lose most of them.
+    assert alarms >= 0.5 * periods, report
+    [profile] = read_speedscope(out)
+    assert any("on_alarm" in s for s in profile.stacks), "signal handlers are sampled like any code"
+
+
+def test_job_control_stop_is_kept(chain_fp, tmp_path):
+    """A target stopped with SIGSTOP while traced stays stopped after nprof detaches, and resumes on SIGCONT."""
+    out = str(tmp_path / "stopped.speedscope.json")
+    with running_target([chain_fp]) as target:
+        nprof = start_recording(target.pid, out, "-d", "3")
+        time.sleep(0.5)
+        os.kill(target.pid, signal.SIGSTOP)
+        stdout, stderr = nprof.communicate(timeout=60)
+        assert nprof.returncode == 0, stderr
+        assert wait_until(lambda: attached_by(target.pid, 0))
+        state = process_state(target.pid)
+        assert state is not None and state[0] == "T", f"the job-control stop was lost: {state}"
+        os.kill(target.pid, signal.SIGCONT)
+        assert wait_until(lambda: process_state(target.pid)[0] in ("R", "S"))
+        assert_running_free(target.pid)

@@ -1,0 +1,109 @@
+"""`nprof record` on real native targets built by the tests, with frame pointers: the stacks are exact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.profiles import ends_with, read_speedscope, share
+from tests.support.targets import assert_running_free, run_nprof, running_target
+
+DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack
+
+
+def record(pid: int, out: str, *extra: str) -> dict:
+    result = run_nprof("record", "--pid", str(pid), "-d", "2", "-o", out, *extra)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return {"stdout": result.stdout, "stderr": result.stderr}
+
+
+def test_known_chain_is_exact(chain_fp, tmp_path):
+    out = str(tmp_path / "chain.speedscope.json")
+    with running_target([chain_fp, str(DEPTH)]) as target:
+        run = record(target.pid, out)
+        assert_running_free(target.pid)
+    [profile] = read_speedscope(out)
+    leaf = {s: w for s, w in profile.stacks.items() if s[-1] == "spin"}
+    chain = ("main", "a", "b", "c", "spin")
+    recursion = ("main", *(["recurse"] * DEPTH), "spin")
+
+    def exact(stack: tuple[str, ...]) -> bool:
+        # the whole chain from main, with nothing missing or extra between main and the leaf
+        for expected in (chain, recursion):
+            if ends_with(stack, expected) and "main" not in stack[: -len(expected)]:
+                return True
+        return False
+
+    hit, total = share(leaf, exact)
+    assert total > 0.3 * sum(profile.stacks.values()), "the target spends most of its time in spin"
+    assert hit / total >= 0.95, f"only {hit / total:.1%} of leaf samples show the exact chain"
+    deep = sum(w for s, w in leaf.items() if ends_with(s, recursion))
+    assert deep > 0, "no sample shows the complete recursion"
+    assert "Top functions" in run["stdout"] and "spin" in run["stdout"]
+
+
+def test_each_thread_has_its_own_chain(threads_fp, tmp_path):
+    out = str(tmp_path / "threads.speedscope.json")
+    with running_target([threads_fp]) as target:
+        record(target.pid, out)
+        assert_running_free(target.pid)
+    profiles = {p.name.split(" (tid")[0]: p for p in read_speedscope(out)}
+    chains = {
+        "alpha": ("alpha_worker", "alpha_outer", "alpha_inner", "spin"),
+        "beta": ("beta_worker", "beta_outer", "beta_inner", "spin"),
+        "gamma": ("gamma_worker", "gamma_inner", "spin"),
+    }
+    for name, chain in chains.items():
+        assert name in profiles, f"no profile for thread {name}: {list(profiles)}"
+        stacks = profiles[name].stacks
+        leaf = {s: w for s, w in stacks.items() if s[-1] == "spin"}
+        hit, total = share(leaf, lambda s, chain=chain: ends_with(s, chain))
+        assert total > 0 and hit / total >= 0.95, f"thread {name}: {hit}/{total} leaf samples in its chain"
+        others = [c for n, c in chains.items() if n != name]
+        assert not any(ends_with(s, c) for s in stacks for c in others), f"thread {name} holds another's chain"
+
+
+def test_session_file_rerenders(chain_fp, tmp_path):
+    out = str(tmp_path / "chain.speedscope.json")
+    with running_target([chain_fp]) as target:
+        record(target.pid, out)
+    session = tmp_path / "chain.nprof"
+    assert session.exists(), "every record keeps the .nprof session"
+    folded = tmp_path / "again.folded"
+    result = run_nprof("report", str(session), "-o", str(folded))
+    assert result.returncode == 0, result.stderr
+    lines = folded.read_text().splitlines()
+    assert lines and all(line.rsplit(" ", 1)[1].isdigit() for line in lines)
+    assert any(";main" in line and "spin" in line for line in lines)
+    again = tmp_path / "again.speedscope.json"
+    assert run_nprof("report", str(session), "-o", str(again)).returncode == 0
+    original, rendered = json.loads(open(out).read()), json.loads(again.read_text())
+    assert original["shared"] == rendered["shared"] and original["profiles"] == rendered["profiles"]
+
+
+def test_spawned_command_is_profiled_until_it_exits(tmp_path):
+    out = str(tmp_path / "demo.speedscope.json")
+    result = run_nprof("demo", "-d", "1.5", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "target exited (status 0)" in result.stdout
+    [profile] = read_speedscope(out)
+    hit, total = share(profile.stacks, lambda s: ends_with(s, ("main", "run_simulation", "step", "integrate", "compute_forces")))
+    assert hit / total > 0.5
+    assert any(ends_with(s, ("run_simulation", "render", "shade_pixels")) for s in profile.stacks)
+
+
+@pytest.mark.parametrize("stack_bytes", ["4096", "262144"])
+def test_stack_window_size(chain_fp, tmp_path, stack_bytes):
+    """A 4 KiB window cannot hold the 12 KiB recursion: those stacks stop early; 256 KiB holds it all."""
+    out = str(tmp_path / "w.speedscope.json")
+    with running_target([chain_fp, str(DEPTH)]) as target:
+        record(target.pid, out, "--stack-bytes", stack_bytes)
+    [profile] = read_speedscope(out)
+    full = sum(w for s, w in profile.stacks.items() if ends_with(s, ("main", *(["recurse"] * DEPTH), "spin")))
+    if stack_bytes == "4096":
+        assert full == 0
+        assert any(s[-1] == "spin" and s.count("recurse") > 3 for s in profile.stacks)
+    else:
+        assert full > 0

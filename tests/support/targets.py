@@ -1,0 +1,133 @@
+"""Build the test targets once per session, and run them with a readiness pipe (never a sleep).
+
+A target gets the write end of a pipe as argv[1] and writes "ready\\n" to it once it is in the state under
+test. ``running_target`` always kills and reaps it, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TARGET_SOURCES = os.path.join(REPO, "tests", "targets")
+READY_TIMEOUT = 30.0
+
+#: gcc flag sets the native tests build with
+FRAME_POINTERS = ("-O2", "-g", "-fno-omit-frame-pointer")
+NO_FRAME_POINTERS = ("-O2", "-g", "-fomit-frame-pointer")
+
+
+def build_c(source: str, out_dir: str, flags: Sequence[str], name: str | None = None, cxx: bool = False) -> str:
+    """Compile ``tests/targets/<source>`` with ``flags``; returns the binary's path."""
+    compiler = shutil.which("g++" if cxx else "gcc")
+    if compiler is None:
+        raise RuntimeError("gcc/g++ not found: run scripts/setup-tests.sh")
+    stem = name or os.path.splitext(source)[0]
+    out = os.path.join(out_dir, stem)
+    cmd = [compiler, *flags, "-pthread", "-o", out, os.path.join(TARGET_SOURCES, source)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"building {source} failed: {' '.join(cmd)}\n{result.stderr}")
+    return out
+
+
+def wait_ready(fd: int, proc: subprocess.Popen, timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while b"ready\n" not in buf:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"target {proc.args} did not signal readiness in {timeout}s")
+        readable, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+        if readable:
+            chunk = os.read(fd, 64)
+            if not chunk:
+                raise RuntimeError(f"target {proc.args} exited before signalling readiness ({proc.poll()})")
+            buf += chunk
+        elif proc.poll() is not None:
+            raise RuntimeError(f"target {proc.args} exited with {proc.returncode} before readiness")
+
+
+@contextlib.contextmanager
+def running_target(argv: Sequence[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """Start ``argv + [ready_fd]`` and yield once it wrote "ready"; kill and reap it afterwards."""
+    r, w = os.pipe()
+    argv = list(argv)
+    cmd = [argv[0], str(w), *argv[1:]]
+    proc = subprocess.Popen(cmd, pass_fds=[w], env=env, stdin=subprocess.DEVNULL)
+    os.close(w)
+    try:
+        wait_ready(r, proc)
+        yield proc
+    finally:
+        os.close(r)
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def nprof_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "profiler", *args]
+
+
+def run_nprof(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(nprof_command(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(State letter, TracerPid) from /proc/PID/status, or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return fields["State"].split()[0], int(fields["TracerPid"])
+
+
+def thread_states(pid: int) -> dict[int, tuple[str, int]]:
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                text = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        out[int(tid)] = (fields["State"].split()[0], int(fields["TracerPid"]))
+    return out
+
+
+def assert_running_free(pid: int) -> None:
+    """The target and all its threads are neither stopped nor traced."""
+    for tid, (state, tracer) in thread_states(pid).items():
+        assert state not in ("t", "T"), f"thread {tid} of {pid} is left stopped ({state})"
+        assert tracer == 0, f"thread {tid} of {pid} is still traced by {tracer}"
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.01) -> bool:
+    """Poll a condition on the system's state (not a sleep to synchronise with a target)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

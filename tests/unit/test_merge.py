@@ -1,0 +1,74 @@
+"""The merge of native and runtime frames (sampling/merge.py), a pure function."""
+
+from __future__ import annotations
+
+from profiler.model import NativeFrame, RuntimeFrame, UnwindMethod
+from profiler.sampling.merge import MergeOutcome, group_runtime, merge
+
+
+def n(name: int) -> NativeFrame:
+    return NativeFrame(0, name, name, UnwindMethod.CFI)
+
+
+def py(code: int, entry: bool = True, shim: bool = False) -> RuntimeFrame:
+    return RuntimeFrame(code, 0, entry, shim)
+
+
+EVAL = 100  # the anchor's address in these fixtures
+
+
+def anchors_of(native):
+    return [f.rel == EVAL for f in native]
+
+
+def names(frames):
+    return [("py", f.code) if isinstance(f, RuntimeFrame) else ("c", f.rel) for f in frames]
+
+
+def test_no_runtime_frames_is_the_native_stack():
+    native = [n(1), n(2)]
+    frames, outcome = merge(native, [False, False], [], True)
+    assert frames == native and outcome is MergeOutcome.NO_RUNTIME
+
+
+def test_one_frame_per_activation_up_to_3_10():
+    # innermost first: C leaf, eval(inner), call glue, eval(outer), main
+    native = [n(1), n(EVAL), n(2), n(EVAL), n(3)]
+    runtime = [py(11), py(22)]  # inner, outer; every frame is an entry before 3.11
+    frames, outcome = merge(native, anchors_of(native), runtime, True)
+    assert outcome is MergeOutcome.EXACT
+    assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("c", 2), ("py", 22), ("c", EVAL), ("c", 3)]
+
+
+def test_groups_end_at_entry_frames_3_11():
+    runtime = [py(1, False), py(2, True), py(3, False), py(4, True)]
+    assert [[f.code for f in g] for g in group_runtime(runtime)] == [[1, 2], [3, 4]]
+
+
+def test_shims_are_dropped_3_12():
+    # 3.12 chain innermost first: h, SHIM, g, f, SHIM; the frame newer than a shim is the entry
+    runtime = [py(1, True), py(0, False, shim=True), py(2, False), py(3, True), py(0, False, shim=True)]
+    assert [[f.code for f in g] for g in group_runtime(runtime)] == [[1], [2, 3]]
+
+
+def test_surplus_innermost_anchor_is_tolerated():
+    native = [n(EVAL), n(2), n(EVAL), n(3)]  # an activation entered, no Python frame pushed yet
+    frames, outcome = merge(native, anchors_of(native), [py(7)], True)
+    assert outcome is MergeOutcome.SURPLUS_ANCHOR
+    assert names(frames) == [("c", EVAL), ("c", 2), ("py", 7), ("c", EVAL), ("c", 3)]
+
+
+def test_truncated_native_stack_gets_outer_groups_below():
+    native = [n(1), n(EVAL)]  # the walk stopped early (window exhausted)
+    runtime = [py(11), py(22), py(33)]
+    frames, outcome = merge(native, anchors_of(native), runtime, native_complete=False)
+    assert outcome is MergeOutcome.TRUNCATED_NATIVE
+    assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("py", 22), ("py", 33)]
+
+
+def test_mismatch_keeps_every_frame_python_on_top():
+    native = [n(1), n(2), n(3)]  # no anchor found at all, though the walk was complete
+    runtime = [py(11), py(22)]
+    frames, outcome = merge(native, anchors_of(native), runtime, True)
+    assert outcome is MergeOutcome.MISMATCH
+    assert names(frames) == [("py", 11), ("py", 22), ("c", 1), ("c", 2), ("c", 3)]

@@ -1,0 +1,123 @@
+"""Interning tables, the bounded-memory property, and the .nprof session file."""
+
+from __future__ import annotations
+
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+
+from profiler.errors import SessionFormatError
+from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason
+from profiler.sampling.session import Session, SessionMeta
+from profiler.tree.tables import FrameTable, StackTable
+
+
+def key(i: int) -> tuple[int, int, int, int]:
+    return (FrameKind.NATIVE, 0, 0x1000 + i, 0)
+
+
+def test_prefix_tree_shares_prefixes():
+    stacks = StackTable()
+    a = stacks.intern([1, 2, 3])
+    b = stacks.intern([1, 2, 4])
+    assert stacks.intern([1, 2, 3]) == a
+    assert len(stacks) == 4  # (1), (1,2), (1,2,3), (1,2,4)
+    assert stacks.frames(a) == [1, 2, 3] and stacks.frames(b) == [1, 2, 4]
+    assert stacks.intern([]) == -1
+
+
+def test_frame_table_roundtrip():
+    frames = FrameTable()
+    ids = [frames.intern(key(i)) for i in range(3000)]  # forces several capacity doublings
+    assert ids == list(range(3000)) and frames.intern(key(7)) == 7
+    again = FrameTable.from_columns({k: v.copy() for k, v in frames.columns().items()})
+    assert again.key(2999) == key(2999) and again.intern(key(5)) == 5
+
+
+def test_memory_does_not_grow_with_samples():
+    """200k samples over a stable set of stacks: memory after the first 20k stays flat."""
+    session = Session(SessionMeta(pid=1, command=["x"]))
+    thread = session.thread_index(1, 1, 0, "main")
+    rng = np.random.default_rng(7)
+    distinct = [tuple(key(int(f)) for f in rng.integers(0, 200, size=int(d))) for d in rng.integers(5, 40, 300)]
+    choice = rng.integers(0, len(distinct), 200_000)
+
+    def record(indices) -> None:
+        for i in indices:
+            sid = session.intern_stack(distinct[i])
+            session.add_sample(thread, sid, StopReason.END_OF_STACK, SampleClass.RUNNING)
+
+    record(range(len(distinct)))  # every distinct stack seen once
+    record(choice[:20_000])
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    record(choice[20_000:])
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert session.total_samples == 200_000 + len(distinct)
+    assert after - before < 64 * 1024, f"memory grew by {after - before} bytes over 180k samples"
+    assert len(session.samples) <= len(distinct)
+
+
+def make_session() -> Session:
+    session = Session(SessionMeta(pid=42, command=["prog", "--flag"], rate=99.0))
+    session.modules = [Module(0, "/bin/prog", "abcd", 0x1000, 0x2000, 0x1000)]
+    t = session.thread_index(42, 42, 1234, "prog")
+    s1 = session.intern_stack((key(3), key(2), key(1)))
+    s2 = session.intern_stack((key(4), key(1)))
+    session.add_sample(t, s1, StopReason.END_OF_STACK, SampleClass.RUNNING, 5)
+    session.add_sample(t, s2, StopReason.WINDOW_EXHAUSTED, SampleClass.IDLE, 2)
+    session.count("ticks", 7)
+    session.frame_info = [FrameInfo(f"f{i}", module="prog") for i in range(len(session.frames))]
+    return session
+
+
+def test_session_file_roundtrip(tmp_path):
+    path = str(tmp_path / "s.nprof")
+    original = make_session()
+    original.save(path)
+    loaded = Session.load(path)
+    assert loaded.meta == original.meta
+    assert loaded.threads == original.threads and loaded.modules == original.modules
+    assert loaded.samples == original.samples and loaded.counters == original.counters
+    assert loaded.frame_info == original.frame_info
+    assert [loaded.stacks.frames(s) for s in range(len(loaded.stacks))] == [
+        original.stacks.frames(s) for s in range(len(original.stacks))
+    ]
+
+
+def test_session_file_rejects_corruption(tmp_path):
+    path = tmp_path / "s.nprof"
+    make_session().save(str(path))
+    with zipfile.ZipFile(path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    # a stack whose parent points forward: an index out of range must be refused, not followed
+    bad = dict(members)
+    parent = np.load(__import__("io").BytesIO(members["stacks_parent.npy"]))
+    parent[0] = 5
+    buf = __import__("io").BytesIO()
+    np.save(buf, parent)
+    bad["stacks_parent.npy"] = buf.getvalue()
+    corrupt = tmp_path / "corrupt.nprof"
+    with zipfile.ZipFile(corrupt, "w") as z:
+        for name, data in bad.items():
+            z.writestr(name, data)
+    with pytest.raises(SessionFormatError, match="stack table out of range"):
+        Session.load(str(corrupt))
+    truncated = tmp_path / "truncated.nprof"
+    truncated.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(SessionFormatError):
+        Session.load(str(truncated))
+    with pytest.raises(SessionFormatError, match="no such file"):
+        Session.load(str(tmp_path / "missing.nprof"))
+
+
+def test_session_file_version_mismatch(tmp_path, monkeypatch):
+    path = str(tmp_path / "s.nprof")
+    monkeypatch.setattr("profiler.sampling.session.FORMAT_VERSION", 99)
+    make_session().save(path)
+    monkeypatch.setattr("profiler.sampling.session.FORMAT_VERSION", 1)
+    with pytest.raises(SessionFormatError, match="version 99 is not supported"):
+        Session.load(path)

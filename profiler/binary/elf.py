@@ -13,6 +13,7 @@ import os
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
@@ -140,6 +141,15 @@ class ElfFile:
         if end > len(self.data):
             raise BinaryError(f"{self.path}: section {name} runs past the end of the file")
         return memoryview(self.data)[info.sh_offset : end]
+
+    def section_ends(self) -> np.ndarray:
+        """End address (sh_addr + sh_size) of each section, by section index; 0 for unnamed/absent ones."""
+        ends = np.zeros(max(len(self._section_names_by_index), 1), dtype=np.uint64)
+        for i, name in enumerate(self._section_names_by_index):
+            info = self.sections.get(name)
+            if info is not None:
+                ends[i] = info.sh_addr + info.sh_size
+        return ends
 
     def section_name(self, index: int) -> str | None:
         if 0 <= index < len(self._section_names_by_index):

@@ -33,7 +33,10 @@ _BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bin
 class SymbolTable:
     """Function symbols of one file, sorted by address, plus name lookup of any defined symbol."""
 
-    def __init__(self, syms: np.ndarray, strtab: bytes, source: str) -> None:
+    def __init__(
+        self, syms: np.ndarray, strtab: bytes, source: str, section_ends: np.ndarray | None = None
+    ) -> None:
+        """``section_ends[i]`` is the end address of section i; it bounds symbols of size 0."""
         self.source = source  #: ".symtab", ".dynsym" or the debug file it came from
         self._strtab = strtab
         self._all = syms[(syms["st_shndx"] != SHN_UNDEF) & (syms["st_value"] != 0)]
@@ -54,11 +57,14 @@ class SymbolTable:
         self.addrs: np.ndarray = np.ascontiguousarray(funcs["st_value"], dtype=np.uint64)
         self.sizes: np.ndarray = np.ascontiguousarray(funcs["st_size"], dtype=np.uint64)
         self._names: np.ndarray = np.ascontiguousarray(funcs["st_name"])
-        # the end of a size-0 symbol (assembly labels) is the next symbol's start
+        # a size-0 symbol (an assembly label) ends at the next symbol or at the end of its section
         next_start = np.empty_like(self.addrs)
         if len(self.addrs):
             next_start[:-1] = self.addrs[1:]
             next_start[-1] = np.iinfo(np.uint64).max
+        if section_ends is not None and len(section_ends):
+            shndx = np.minimum(funcs["st_shndx"].astype(np.int64), len(section_ends) - 1)
+            next_start = np.minimum(next_start, section_ends[shndx])
         self.ends = np.where(self.sizes > 0, self.addrs + self.sizes, next_start)
         self._by_name: dict[str, int] | None = None
 
@@ -127,5 +133,5 @@ def load_symbols(elf: ElfFile) -> SymbolTable | None:
             continue
         count = len(data) // ELF64_SYM.itemsize
         syms = np.frombuffer(data, dtype=ELF64_SYM, count=count)
-        return SymbolTable(syms.copy(), bytes(strtab), name)
+        return SymbolTable(syms.copy(), bytes(strtab), name, elf.section_ends())
     return None

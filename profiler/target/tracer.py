@@ -314,13 +314,11 @@ class Tracer:
             remaining = until - time.monotonic()
             if remaining <= 0 or should_stop():
                 return True
-            tid, status, err = waiter.wait(nohang=True)
-            if tid == 0:
-                self._arm_alarm(remaining)
-                try:
-                    tid, status, err = waiter.wait()
-                finally:
-                    self._disarm_alarm()
+            self._arm_alarm(remaining)
+            try:
+                tid, status, err = waiter.wait()  # returns at once if a stop is already pending
+            finally:
+                self._disarm_alarm()
             if tid > 0:
                 self._handle_event(tid, status)
                 continue

@@ -1,0 +1,135 @@
+"""Benchmark: what one sample costs, nprof against the floor, in one run.
+
+Measures, for 1 and 8 busy threads and 16 KiB and 64 KiB stack windows:
+
+* sampler CPU time per stopped thread (a "capture"), for the C floor sampler (benchmarks/c/floor_sampler.c:
+  the same system calls as nprof's capture loop, nothing else), nprof's capture loop alone
+  (``--capture-only``), and nprof's whole recording path (capture + unwind + intern);
+* the stall the target sees per capture: the target (benchmarks/c/gaps_target.c) times its own execution
+  gaps; the excess over an unprofiled baseline of the same repetition, divided by the captures.
+
+Repetitions are interleaved (every sampler in every repetition) and ratios are taken within a repetition,
+because this 2-vCPU machine is shared and noisy (../shared/reference/ptrace-costs.md, "Noise notes").
+Writes benchmarks/results/capture.json and prints a Markdown table for docs/benchmarks.md.
+
+usage: python -m benchmarks.bench_capture [--reps 3] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = [  # (threads, rate): the paced rates of ptrace-costs.md (1 kHz for one thread, 200 Hz for eight)
+    (1, 1000.0),
+    (8, 200.0),
+]
+WINDOWS = [16 * 1024, 64 * 1024]
+
+
+def build(out_dir: str) -> dict[str, str]:
+    paths = {}
+    for name, extra in (("gaps_target", ["-pthread"]), ("floor_sampler", [])):
+        path = os.path.join(out_dir, name)
+        subprocess.run(["gcc", "-O2", *extra, "-o", path, os.path.join(HERE, "c", f"{name}.c")], check=True)
+        paths[name] = path
+    return paths
+
+
+def run_target(binary: str, threads: int, sampler: list[str] | None, seconds: float) -> tuple[dict, dict | None]:
+    r, w = os.pipe()
+    target = subprocess.Popen([binary, str(w), str(threads)], pass_fds=[w], stdout=subprocess.PIPE, text=True)
+    os.close(w)
+    try:
+        assert os.read(r, 6) == b"ready\n"
+        result = None
+        if sampler is None:
+            subprocess.run(["sleep", str(seconds)], check=True)
+        else:
+            done = subprocess.run([s.replace("PID", str(target.pid)) for s in sampler], capture_output=True,
+                                  text=True, check=True)  # fmt: skip
+            result = json.loads(done.stdout)
+        target.send_signal(signal.SIGUSR1)
+        report = json.loads(target.communicate(timeout=60)[0])
+    finally:
+        os.close(r)
+        if target.poll() is None:
+            target.kill()
+            target.wait()
+    return report, result
+
+
+def gap_seconds(report: dict) -> float:
+    """Off-CPU time per second of the target's run, summed over threads."""
+    return sum(t["total_ns"] for t in report["threads"]) / 1e9 / report["elapsed"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "capture.json"))
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        bins = build(tmp)
+        py = [sys.executable, "-m", "benchmarks.nprof_sampler"]
+        rows = []
+        for rep in range(args.reps):
+            for threads, rate in CONFIGS:
+                for window in WINDOWS:
+                    common = ["PID", str(rate), str(args.seconds), str(window)]
+                    samplers = {
+                        "floor": [bins["floor_sampler"], *common],
+                        "nprof-capture": [*py, *common, "--capture-only"],
+                        "nprof-record": [*py, *common],
+                    }
+                    base, _ = run_target(bins["gaps_target"], threads, None, args.seconds)
+                    for name, cmd in samplers.items():
+                        report, result = run_target(bins["gaps_target"], threads, cmd, args.seconds)
+                        captures = max(result["captures"], 1)
+                        excess = (gap_seconds(report) - gap_seconds(base)) * report["elapsed"]
+                        rows.append({
+                            "rep": rep, "threads": threads, "rate": rate, "window": window, "sampler": name,
+                            "captures": result["captures"], "ticks": result["ticks"],
+                            "achieved_hz": result["ticks"] / result["wall_s"],
+                            "cpu_us_per_capture": 1e6 * result["cpu_s"] / captures,
+                            "stall_us_per_capture": 1e6 * excess / captures,
+                            "median_gap_us": statistics.median(t["median_ns"] for t in report["threads"]) / 1e3,
+                        })  # fmt: skip
+                        print(json.dumps(rows[-1]), file=sys.stderr)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(rows, f, indent=1)
+    print(table(rows))
+
+
+def table(rows: list[dict]) -> str:
+    """Medians over repetitions of each metric, and of the per-repetition ratio nprof / floor."""
+    out = [
+        "| threads | window | sampler | achieved Hz | CPU µs/capture | ×floor | stall µs/capture | ×floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({(r["threads"], r["window"]) for r in rows})
+    for threads, window in keys:
+        for name in ("floor", "nprof-capture", "nprof-record"):
+            mine = [r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, name)]
+            floor = {r["rep"]: r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, "floor")}
+            med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
+            ratio = lambda k: statistics.median(r[k] / floor[r["rep"]][k] for r in mine if floor[r["rep"]][k] > 0)  # noqa: E731
+            out.append(
+                f"| {threads} | {window // 1024} KiB | {name} | {med('achieved_hz'):.0f} | "
+                f"{med('cpu_us_per_capture'):.1f} | {ratio('cpu_us_per_capture'):.2f} | "
+                f"{med('stall_us_per_capture'):.1f} | {ratio('stall_us_per_capture'):.2f} |"
+            )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""nprof's side of the capture benchmark: sample PID at RATE for SECONDS and report the sampler's own cost.
+
+``--capture-only`` isolates the capture loop (idle checks, interrupt, copy, resume, pump), the part the C
+floor sampler also does; without it, the whole recording path runs (unwinding and interning included).
+Prints JSON: captures (threads stopped and copied), samples, ticks, cpu_s and wall_s of the sampling loop alone (start-up excluded).
+
+usage: python -m benchmarks.nprof_sampler PID RATE SECONDS STACK_BYTES [--capture-only] [--priority P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from profiler.config import CapturePriority, SamplerConfig
+from profiler.sampling.sampler import Sampler
+from profiler.sampling.session import Session, SessionMeta
+from profiler.target.tracer import Capture
+
+
+class CaptureOnlySampler(Sampler):
+    """Keeps the per-thread bookkeeping of a capture and skips unwinding and interning."""
+
+    def _record(self, capture: Capture) -> None:
+        state = self._state(capture.thread)
+        state.last_run_time = state.run_time_at_stop
+        state.last_stack = -1  # "known", so idle threads are reused as in a real recording
+        self.session.add_sample(state.index, -1, 0, 0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("pid", type=int)
+    p.add_argument("rate", type=float)
+    p.add_argument("seconds", type=float)
+    p.add_argument("stack_bytes", type=int)
+    p.add_argument("--capture-only", action="store_true")
+    p.add_argument("--priority", default="auto", choices=[c.value for c in CapturePriority])
+    args = p.parse_args()
+    config = SamplerConfig(
+        rate=args.rate,
+        duration=args.seconds,
+        stack_bytes=args.stack_bytes,
+        capture_priority=CapturePriority(args.priority),
+    )
+    session = Session(SessionMeta(pid=args.pid, command=[]))
+    cls = CaptureOnlySampler if args.capture_only else Sampler
+    sampler = cls(session, config)
+    sampler.add_process(args.pid)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    sampler.started = wall0
+    try:
+        for _tick in sampler.run():
+            pass
+    finally:
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        sampler.close()
+    stats = sampler.tracer.stats
+    print(json.dumps({"captures": stats.captures, "samples": session.total_samples, "ticks": sampler.ticks,
+                      "cpu_s": cpu, "wall_s": wall}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

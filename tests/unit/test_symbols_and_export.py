@@ -1,0 +1,114 @@
+"""Numpy symbol tables on a real binary, symbolization, and the exporters' output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from profiler.binary.elf import ElfFile
+from profiler.binary.symbols import load_symbols
+from profiler.config import ExportConfig
+from profiler.errors import BinaryError, UsageError
+from profiler.export.base import infer_format
+from profiler.export.folded import FoldedExporter
+from profiler.export.speedscope import SpeedscopeExporter
+from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
+from profiler.sampling.session import Session, SessionMeta
+from profiler.symbolize.demangle import demangle
+
+
+def nm_functions(path: str) -> dict[str, int]:
+    out = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    return {parts[2]: int(parts[0], 16) for parts in (l.split() for l in out.splitlines()) if len(parts) == 3 and parts[1] in "tT"}
+
+
+def test_symbol_table_agrees_with_nm(chain_fp):
+    symbols = load_symbols(ElfFile(chain_fp))
+    assert symbols.source == ".symtab"
+    for name in ("main", "a", "b", "c", "spin", "recurse"):
+        start = nm_functions(chain_fp)[name]
+        hit = symbols.lookup(start + 1)
+        assert hit is not None and hit[0] == name and hit[1] == start
+    assert symbols.address_of("sink") is not None  # data objects too
+    hits = symbols.lookup_many(np.array([0, 2**63], dtype=np.uint64))
+    assert hits == [None, None]
+
+
+def test_dynsym_fallback_and_suffix_shared_names():
+    symbols = load_symbols(ElfFile("/lib/x86_64-linux-gnu/libc.so.6"))
+    assert symbols.source == ".dynsym"  # Debian's libc keeps .symtab in its debug file only
+    malloc = symbols.address_of("malloc")  # "malloc" shares its string with "__libc_malloc"
+    assert malloc is not None and symbols.lookup(malloc[0])[0] == "malloc"
+
+
+def test_corrupt_elf_is_a_binary_error(tmp_path):
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(b"\x7fELF" + b"\xff" * 60)
+    with pytest.raises(BinaryError):
+        ElfFile(str(bad))
+    empty = tmp_path / "empty.so"
+    empty.write_bytes(b"")
+    with pytest.raises(BinaryError):
+        ElfFile(str(empty))
+
+
+def test_demangle():
+    assert demangle("_ZN3foo3barEv") == "foo::bar()"
+    assert demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE") == "core::ptr::drop_in_place"
+    assert demangle("_ZNSt6vectorIiSaIiEE9push_backERKi.cold") == "std::vector<int, std::allocator<int> >::push_back(int const&).cold"
+    assert demangle("plain_c") == "plain_c" and demangle("_Znot-valid") == "_Znot-valid"
+
+
+def session_with_two_threads() -> Session:
+    session = Session(SessionMeta(pid=7, command=["prog"], duration=1.0))
+    session.counters["ticks"] = 100
+    a = session.thread_index(7, 7, 1, "main")
+    b = session.thread_index(7, 8, 2, "worker")
+    k = lambda addr: (FrameKind.NATIVE, 0, addr, 0)  # noqa: E731
+    s_main = session.intern_stack((k(3), k(2), k(1)))  # innermost first: leaf 3, root 1
+    s_other = session.intern_stack((k(4), k(2), k(1)))
+    session.add_sample(a, s_main, StopReason.END_OF_STACK, SampleClass.RUNNING, 60)
+    session.add_sample(b, s_other, StopReason.END_OF_STACK, SampleClass.RUNNING, 30)
+    session.add_sample(b, s_other, StopReason.REUSED, SampleClass.IDLE, 10)
+    # frames 0..3 are addresses 1, 2, 3, 4 in interning order (root first)
+    names = {1: "root", 2: "mid", 3: "leaf", 4: "leaf"}  # two addresses in one function
+    session.frame_info = [FrameInfo(names[session.frames.key(f)[2]], module="prog") for f in range(len(session.frames))]
+    return session
+
+
+def test_speedscope_profiles_and_shared_frames():
+    doc = json.loads(SpeedscopeExporter().render(session_with_two_threads(), ExportConfig()))
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    assert sorted(names) == ["leaf", "mid", "root"], "one shared frame per function, however many addresses"
+    profiles = {p["name"]: p for p in doc["profiles"]}
+    assert list(profiles) == ["main (tid 7)", "worker (tid 8)"]  # busiest first
+    main = profiles["main (tid 7)"]
+    assert [[names[i] for i in s] for s in main["samples"]] == [["root", "mid", "leaf"]]
+    assert main["weights"] == [pytest.approx(0.6)] and main["unit"] == "seconds"
+    assert profiles["worker (tid 8)"]["weights"] == [pytest.approx(0.3)], "idle samples are left out"
+    with_idle = json.loads(SpeedscopeExporter().render(session_with_two_threads(), ExportConfig(idle=True)))
+    assert [p["weights"] for p in with_idle["profiles"] if p["name"].startswith("worker")] == [[pytest.approx(0.4)]]
+
+
+def test_folded_merges_threads_unless_asked():
+    text = FoldedExporter().render(session_with_two_threads(), ExportConfig()).decode()
+    assert text == "root [prog];mid [prog];leaf [prog] 90\n"
+    per_thread = FoldedExporter().render(session_with_two_threads(), ExportConfig(threads=True)).decode()
+    assert "main (tid 7);root [prog];mid [prog];leaf [prog] 60\n" in per_thread
+
+
+@pytest.mark.parametrize(
+    "path, fmt", [("a.speedscope.json", "speedscope"), ("x.json", "speedscope"), ("p.folded", "folded"), ("s.nprof", "nprof")]
+)
+def test_format_from_extension(path, fmt):
+    assert infer_format(path, None).format == fmt
+
+
+def test_unknown_format():
+    with pytest.raises(UsageError, match="Cannot tell"):
+        infer_format("out.xyz", None)
+    with pytest.raises(UsageError, match="Unknown output format"):
+        infer_format("out.json", "svgz")

@@ -1,0 +1,69 @@
+"""Parsing of /proc files and ptrace wait statuses."""
+
+from __future__ import annotations
+
+import signal
+
+from profiler.target import ptrace as pt
+from profiler.target.maps import MappingIndex, parse_maps
+from profiler.target.procfs import split_stat
+from profiler.target.process import foreign_architecture
+from tests.support.elf32 import i386_pause_binary
+
+MAPS = """\
+55d0c4a00000-55d0c4a01000 r--p 00000000 fe:01 1234   /usr/bin/prog
+55d0c4a01000-55d0c4a02000 r-xp 00001000 fe:01 1234   /usr/bin/prog
+7f0000000000-7f0000001000 ---p 00000000 00:00 0
+7f0000001000-7f0000801000 rw-p 00000000 00:00 0
+7f0000801000-7f0000802000 rw-p 00000000 00:00 0      [anon:x]
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0      [stack]
+7ffd00100000-7ffd00102000 r-xp 00000000 00:00 0      [vdso]
+7f1111111000-7f1111112000 r-xp 00000000 fe:01 99     /tmp/lib with space.so (deleted)
+"""
+
+
+def test_maps_parse_and_lookup():
+    index = MappingIndex(parse_maps(MAPS))
+    m = index.find(0x55D0C4A01800)
+    assert m is not None and m.executable and m.path == "/usr/bin/prog" and m.offset == 0x1000
+    assert index.find(0x7F0000000800).perms == "---p"
+    assert index.find(0x10) is None
+    deleted = index.find(0x7F1111111000)
+    assert deleted.deleted and deleted.path == "/tmp/lib with space.so (deleted)"
+
+
+def test_stack_region_ends_at_the_mapping_not_the_guard():
+    index = MappingIndex(parse_maps(MAPS))
+    assert index.region_end(0x7FFD00000100) == 0x7FFD00021000
+    # a thread stack: stops where the next mapping has another name
+    assert index.region_end(0x7F0000001000) == 0x7F0000801000
+    assert index.region_end(0x7F0000000800) is None  # the guard page is not readable
+
+
+def test_stat_split_survives_parentheses_in_comm():
+    fields = split_stat("123 (a) b (c)) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 999 rest")
+    assert fields[1] == "123" and fields[2] == "a) b (c)" and fields[3] == "R" and fields[22] == "999"
+
+
+def test_wait_status_decoding():
+    interrupt_stop = 0x80057F  # measured: PTRACE_EVENT_STOP << 16 | SIGTRAP << 8 | 0x7f
+    assert pt.is_stopped(interrupt_stop)
+    assert pt.decode_stop(interrupt_stop) == (signal.SIGTRAP, pt.PTRACE_EVENT_STOP)
+    signal_stop = (signal.SIGALRM << 8) | 0x7F
+    assert pt.decode_stop(signal_stop) == (signal.SIGALRM, 0)
+    assert not pt.is_stopped(0)  # exited with status 0
+
+
+def test_blocking_syscall_detection():
+    minus = lambda n: (1 << 64) - n  # noqa: E731  registers are unsigned
+    assert pt.in_blocking_syscall(0, minus(pt.ERESTARTSYS))  # read() interrupted
+    assert pt.in_blocking_syscall(35, minus(pt.ERESTART_RESTARTBLOCK))  # nanosleep
+    assert not pt.in_blocking_syscall(minus(1), minus(pt.ERESTARTSYS))  # orig_rax -1: not in a syscall
+    assert not pt.in_blocking_syscall(1, 12)  # write() returned 12
+
+
+def test_foreign_architecture_is_named():
+    assert foreign_architecture(i386_pause_binary()[:20]) == "a 32-bit i386 executable"
+    with open("/proc/self/exe", "rb") as f:
+        assert foreign_architecture(f.read(20)) is None
+    assert foreign_architecture(b"#!/bin/sh\n") is None

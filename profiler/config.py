@@ -37,6 +37,7 @@ class SamplerConfig:
     #: (signal(7), "Interruption of system calls ... by stop signals"), so nprof leaves sleeping threads
     #: alone unless their idle stacks were asked for.
     interrupt_sleeping: bool = False
+    subprocesses: bool = False  #: follow the target's child processes as they appear
 
 
 @dataclass(frozen=True)

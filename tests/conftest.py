@@ -92,3 +92,8 @@ def churn_fp(build_dir) -> str:
 @pytest.fixture(scope="session")
 def signals_fp(build_dir) -> str:
     return build_c("signals.c", build_dir, FRAME_POINTERS, name="signals-fp")
+
+
+@pytest.fixture(scope="session")
+def forker_fp(build_dir) -> str:
+    return build_c("forker.c", build_dir, FRAME_POINTERS, name="forker-fp")

@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
     p.add_argument(
+        "--subprocesses", action="store_true",
+        help="also profile the target's child processes as they appear (each labelled with pid and command)",
+    )  # fmt: skip
+    p.add_argument(
         "--stack-bytes", type=int, default=64 * 1024,
         help="bytes of stack copied per sample, from the stack pointer up (default 65536)",
     )  # fmt: skip
@@ -71,6 +75,7 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
         idle=args.idle,
         capture_priority=CapturePriority(args.priority),
         interrupt_sleeping=args.idle,
+        subprocesses=args.subprocesses,
     )
 
 

@@ -69,7 +69,12 @@ class SpeedscopeExporter:
             if not samples:
                 continue
             t = session.threads[thread]
-            name = f"{t.name} (tid {t.tid})" if not multi_process else f"pid {t.pid}: {t.name} (tid {t.tid})"
+            name = f"{t.name} (tid {t.tid})"
+            if multi_process:
+                command = " ".join(session.meta.processes.get(t.pid, []))
+                if len(command) > 60:
+                    command = command[:57] + "..."
+                name = f"pid {t.pid} [{command}]: {name}"
             total = sum(weights)
             profiles.append(
                 {

@@ -29,13 +29,15 @@ from profiler.model import (
     SampleClass,
     StopReason,
 )
+from profiler.errors import NprofError
 from profiler.runtime import Agent, AgentSession
+from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.session import Session
 from profiler.sampling.timer import Timer
 from profiler.target import ptrace as pt
 from profiler.target.process import TargetProcess
-from profiler.target.procfs import read_comm
+from profiler.target.procfs import read_cmdline, read_comm
 from profiler.target.tracer import Capture, ThreadRecord, Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 from profiler.unwind.policy import NativeUnwinder
@@ -112,6 +114,7 @@ class Sampler:
         self.started = time.monotonic()
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
+        self.children = ChildWatcher()
         self._ncpu = _cpu_count()
 
     # --- targets ----------------------------------------------------------------------------------------
@@ -121,18 +124,51 @@ class Sampler:
         process = TargetProcess(pid)
         # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
         # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
+        target = self._make_target(process)
+        self.tracer.add_process(process)
+        self.targets[pid] = target
+        self.children.remember(pid)
+        return target
+
+    def _make_target(self, process: TargetProcess) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
+        reasons = []
         for agent in self.agents:
             session = agent.detect(process)
             if session is not None:
                 target.agent = session
                 target.agent_index = self.session.agent_index(session.name)
                 break
-        self.tracer.add_process(process)
-        self.targets[pid] = target
-        self.session.meta.processes[pid] = process.cmdline
+            reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
+        if target.agent is None and reasons:
+            self._notice(f"pid {process.pid} ({process.comm}): {'; '.join(reasons)}; profiling native frames")
+        self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
         return target
+
+    def _notice(self, message: str) -> None:
+        self.session.meta.notices.append(message)
+        self.notice(message)
+
+    def _follow_children(self) -> None:
+        """Attach children that appeared, and re-map processes that exec'd (--subprocesses)."""
+        for pid, target in list(self.targets.items()):
+            if not self.tracer.process_alive(pid):
+                continue
+            if self.children.exec_happened(pid):
+                # same pid, new program: its modules and runtime are all different now
+                target.process.cmdline = read_cmdline(pid)
+                target.process.comm = read_comm(pid)
+                self.targets[pid] = self._make_target(target.process)
+            if not self.config.subprocesses:
+                continue
+            tids = [r.tid for r in self.tracer.threads.values() if r.pid == pid]
+            for child in children_of(pid, tids) - self.targets.keys():
+                try:
+                    self.add_process(child)
+                except NprofError as e:
+                    self.session.count("children_not_followed")
+                    self._notice(f"not following child {child}: {e.message}")
 
     @property
     def alive(self) -> bool:
@@ -166,6 +202,8 @@ class Sampler:
 
     def tick(self) -> Tick:
         self.ticks += 1
+        if self.children.due():
+            self._follow_children()
         due: list[ThreadRecord] = []
         reused = 0
         for pid, target in self.targets.items():

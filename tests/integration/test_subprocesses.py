@@ -1,0 +1,54 @@
+"""--subprocesses: children that exist at attach time and children born (and exec'd) during the recording."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from tests.support.profiles import ends_with, read_speedscope
+from tests.support.targets import nprof_command, running_target, wait_until
+
+
+def traced_children(pid: int) -> set[int]:
+    out = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            out.update(int(c) for c in f.read().split())
+    return out
+
+
+def tracer_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("TracerPid:")).split()[1])
+
+
+def test_children_are_followed(forker_fp, chain_fp, tmp_path):
+    out = str(tmp_path / "family.speedscope.json")
+    with running_target([forker_fp, chain_fp]) as parent:
+        nprof = subprocess.Popen(
+            nprof_command("record", "--pid", str(parent.pid), "--subprocesses", "-d", "3", "-o", out),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # once the first child is followed, ask the parent for a second one that execs chain-fp
+        assert wait_until(lambda: any(tracer_of(c) == nprof.pid for c in traced_children(parent.pid)), 30)
+        parent.send_signal(signal.SIGUSR1)
+        stdout, stderr = nprof.communicate(timeout=60)
+        assert nprof.returncode == 0, stderr
+    profiles = read_speedscope(out)
+    by_pid = {}
+    for p in profiles:
+        assert p.name.startswith("pid "), p.name
+        by_pid.setdefault(int(p.name.split()[1]), []).append(p)
+    assert parent.pid in by_pid and len(by_pid) >= 3, [p.name for p in profiles]
+    chains = {
+        "parent": ("main", "parent_work", "spin"),
+        "child A": ("main", "child_a_work", "spin"),
+        "child B (exec'd)": ("main", "a", "b", "c", "spin"),
+    }
+    for label, chain in chains.items():
+        owners = [pid for pid, ps in by_pid.items() if any(ends_with(s, chain) for p in ps for s in p.stacks)]
+        assert owners, f"{label}: chain {chain} in no profile"
+    exec_child = [pid for pid, ps in by_pid.items() if any(ends_with(s, ("a", "b", "c", "spin")) for p in ps for s in p.stacks)]
+    assert any(chain_fp in p.name for p in by_pid[exec_child[0]]), "a child's profile names its command line"

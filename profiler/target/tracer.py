@@ -16,12 +16,13 @@ the cheapest way to wake on "a thread stopped" (ptrace-costs.md: the wait domina
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
@@ -115,7 +116,7 @@ class Tracer:
         self.stats = TracerStats()
         self._waiter = pt.Waiter()
         self._slots: list[Slot] = []
-        self._held: set[int] = set()  # tids stopped by us and not yet resumed (the guard)
+        self._held: dict[int, bool] = {}  # tid -> group-stopped, for threads stopped by us (the guard)
         self._stack_readers: dict[int, pt.StackReader] = {}
         self._alarm_installed = False
         self._old_alarm_handler: object = None
@@ -182,7 +183,7 @@ class Tracer:
             record.proc.close()
             self.stats.threads_exited += 1
         self.threads.pop(record.tid, None)
-        self._held.discard(record.tid)
+        self._held.pop(record.tid, None)
 
     def process_alive(self, pid: int) -> bool:
         return pid not in self.exit_status and any(t.pid == pid for t in self.threads.values())
@@ -202,8 +203,38 @@ class Tracer:
         and whatever the agent hook copies. Threads that miss the deadline are left with their interrupt
         pending; ``pump`` resumes them as soon as they stop.
         """
+        captures: list[Capture] = []
+        stack_bytes = self.stack_bytes if copy_stack else 0
+
+        def copy_and_resume(record: ThreadRecord, status: int) -> None:
+            captures.append(self._copy(record, status, len(captures), stack_bytes, agent_capture))
+            self._resume(record.tid)
+
+        self._collect(self._interrupt(due), copy_and_resume, fifo)
+        self.stats.captures += len(captures)
+        return captures
+
+    @contextlib.contextmanager
+    def hold(
+        self, threads: Iterable[ThreadRecord], copy_stack: bool = True, agent_capture: AgentCapture | None = None
+    ) -> Iterator[list[Capture]]:
+        """Stop every thread and keep them all stopped while the caller reads more (``nprof dump``): one
+        consistent snapshot of the whole process. Every thread is resumed on leaving, whatever happens."""
+        captures: list[Capture] = []
+        stack_bytes = self.stack_bytes if copy_stack else 0
+
+        def copy_and_keep(record: ThreadRecord, status: int) -> None:
+            captures.append(self._copy(record, status, len(captures), stack_bytes, agent_capture))
+
+        try:
+            self._collect(self._interrupt(threads), copy_and_keep, fifo=False, release=False)
+            yield captures
+        finally:
+            self._release_held()
+
+    def _interrupt(self, threads: Iterable[ThreadRecord]) -> dict[int, ThreadRecord]:
         pending: dict[int, ThreadRecord] = {}
-        for record in due:
+        for record in threads:
             if record.interrupt_pending:
                 pending[record.tid] = record
                 continue
@@ -213,13 +244,22 @@ class Tracer:
             record.interrupt_pending = True
             pending[record.tid] = record
         self.stats.interrupts += len(pending)
-        captures: list[Capture] = []
+        while len(self._slots) < len(pending):
+            self._slots.append(Slot(self.stack_bytes))
+        return pending
+
+    def _collect(
+        self,
+        pending: dict[int, ThreadRecord],
+        on_stop: Callable[[ThreadRecord, int], None],
+        fifo: bool,
+        release: bool = True,
+    ) -> None:
+        """Wait for the stop of every pending thread, in the order they stop, and hand each to ``on_stop``
+        at once; answer any other event on the way. Gives up on the rest at the stop deadline. With
+        ``release``, any thread still held at the end (``on_stop`` failed) is resumed."""
         if not pending:
-            return captures
-        slots = self._slots
-        while len(slots) < len(pending):
-            slots.append(Slot(self.stack_bytes))
-        stack_bytes = self.stack_bytes if copy_stack else 0
+            return
         waiter = self._waiter
         deadline = time.monotonic() + self.stop_deadline
         if fifo:
@@ -243,37 +283,44 @@ class Tracer:
                     if record is not None and record.gone:
                         del pending[tid]
                     continue
-                # an interrupt-stop (or a group-stop) of a due thread: copy, then resume at once
-                self._held.add(tid)
+                # an interrupt-stop (or a group-stop) of a due thread
+                self._held[tid] = (status >> 8) & 0xFF != signal.SIGTRAP
                 record.interrupt_pending = False
-                slot = slots[len(captures)]
-                regs = slot.regs
-                pt.getregs(tid, regs)
-                rsp = regs.rsp
-                n = 0
-                if stack_bytes:
-                    size = stack_bytes
-                    if record.stack_lo <= rsp < record.stack_hi:
-                        size = min(size, record.stack_hi - rsp)
-                    n = self._stack_readers[record.pid].read_into(slot.address, rsp, size)
-                capture = Capture(record, time.monotonic(), slot, rsp, n, n == stack_bytes > 0)
-                if agent_capture is not None:
-                    capture.agent_data = agent_capture(record, regs)
-                if (status >> 8) & 0xFF == signal.SIGTRAP:
-                    pt.cont(tid)
-                else:
-                    record.group_stopped = True
-                    pt.listen(tid)
-                self._held.discard(tid)
-                captures.append(capture)
+                record.group_stopped = self._held[tid]
                 del pending[tid]
+                on_stop(record, status)
         finally:
             self._disarm_alarm()
             if fifo:
                 self._leave_fifo()
-            self._release_held()
-        self.stats.captures += len(captures)
-        return captures
+            if release:
+                self._release_held()
+
+    def _copy(
+        self, record: ThreadRecord, status: int, index: int, stack_bytes: int, agent_capture: AgentCapture | None
+    ) -> Capture:
+        """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only."""
+        slot = self._slots[index]
+        regs = slot.regs
+        pt.getregs(record.tid, regs)
+        rsp = regs.rsp
+        n = 0
+        if stack_bytes:
+            size = stack_bytes
+            if record.stack_lo <= rsp < record.stack_hi:
+                size = min(size, record.stack_hi - rsp)
+            n = self._stack_readers[record.pid].read_into(slot.address, rsp, size)
+        capture = Capture(record, time.monotonic(), slot, rsp, n, n == stack_bytes > 0)
+        if agent_capture is not None:
+            capture.agent_data = agent_capture(record, regs)
+        return capture
+
+    def _resume(self, tid: int) -> None:
+        """Let a thread we hold go: PTRACE_LISTEN keeps a job-control stop, PTRACE_CONT resumes."""
+        if self._held.pop(tid):
+            pt.listen(tid)
+        else:
+            pt.cont(tid)
 
     # --- everything that is not a due stop -----------------------------------------------------------------
 
@@ -343,10 +390,9 @@ class Tracer:
     # --- the guard and detaching --------------------------------------------------------------------------
 
     def _release_held(self) -> None:
-        """Resume any thread still stopped by us: only reached if a capture was interrupted by an error."""
+        """Resume every thread still stopped by us (after ``hold``, or if a capture was cut by an error)."""
         for tid in list(self._held):
-            pt.cont(tid)
-            self._held.discard(tid)
+            self._resume(tid)
 
     def detach_all(self, timeout: float = 2.0) -> list[int]:
         """Stop each thread briefly and PTRACE_DETACH it. Returns tids that did not stop in time; the kernel

@@ -1,0 +1,45 @@
+"""The tracer's guarantees, checked from outside through /proc: what is stopped is resumed, always."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.target.process import TargetProcess
+from profiler.target.tracer import Tracer
+from tests.support.targets import assert_running_free, running_target, thread_states, wait_until
+
+
+def test_hold_stops_every_thread_and_always_resumes(threads_fp):
+    with running_target([threads_fp]) as target:
+        tracer = Tracer(stack_bytes=16384)
+        try:
+            tracer.add_process(TargetProcess(target.pid))
+            records = tracer.sync_threads(target.pid)
+            assert len(records) == 4
+            with pytest.raises(RuntimeError):
+                with tracer.hold(records) as captures:
+                    assert len(captures) == 4
+                    states = thread_states(target.pid)
+                    assert all(state == "t" for state, _tracer in states.values()), states
+                    assert all(c.stack_len > 0 for c in captures)
+                    raise RuntimeError("a failure while the threads are held")
+            assert wait_until(lambda: all(s != "t" for s, _t in thread_states(target.pid).values()))
+            captures = tracer.capture(records)
+            assert {c.thread.tid for c in captures} == {r.tid for r in records}
+        finally:
+            tracer.detach_all()
+        assert_running_free(target.pid)
+
+
+def test_capture_of_an_exited_thread_is_not_an_error(churn_fp):
+    with running_target([churn_fp]) as target:
+        tracer = Tracer()
+        try:
+            tracer.add_process(TargetProcess(target.pid))
+            for _ in range(50):  # threads exit between listing and interrupting them, all the time
+                tracer.capture(tracer.sync_threads(target.pid))
+                tracer.answer_events()
+            assert tracer.stats.threads_exited > 0
+        finally:
+            tracer.detach_all()
+        assert_running_free(target.pid)

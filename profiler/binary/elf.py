@@ -11,6 +11,7 @@ import io
 import mmap
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,13 @@ from profiler.errors import BinaryError
 PT_LOAD = "PT_LOAD"
 PF_X = 1
 NT_GNU_BUILD_ID = "NT_GNU_BUILD_ID"
+#: ELF gABI, "Section Attribute Flags" and "Compression Header": compressed sections (debug files)
+SHF_COMPRESSED = 0x800
+ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD = 1, 2
+_CHDR32 = struct.Struct("<III")  # Elf32_Chdr: ch_type, ch_size, ch_addralign
+_CHDR64 = struct.Struct("<IIQQ")  # Elf64_Chdr: ch_type, ch_reserved, ch_size, ch_addralign
+#: no real section inflates to more than this; a larger stated size is a corrupt header
+MAX_INFLATED_BYTES = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,34 @@ class ElfFile:
             if info is not None:
                 ends[i] = info.sh_addr + info.sh_size
         return ends
+
+    def section_bytes(self, name: str) -> bytes | None:
+        """A section's contents, inflated if ``SHF_COMPRESSED`` (``objcopy --compress-debug-sections``,
+        as in Debian's /usr/lib/debug); None if absent or NOBITS. The stated size bounds the inflation;
+        zstd is refused (Python 3.11's standard library has no decoder). Raises BinaryError."""
+        info = self.sections.get(name)
+        view = self.section_data(name)
+        if info is None or view is None:
+            return None
+        if not info.sh_flags & SHF_COMPRESSED:
+            return bytes(view)
+        header = _CHDR64 if self.elfclass == 64 else _CHDR32
+        if len(view) < header.size:
+            raise BinaryError(f"{self.path}: {name}: compressed section shorter than its header")
+        fields = header.unpack_from(view)
+        ch_type, ch_size = fields[0], fields[-2]
+        if ch_type != ELFCOMPRESS_ZLIB:
+            kind = "zstd" if ch_type == ELFCOMPRESS_ZSTD else f"type {ch_type}"
+            raise BinaryError(f"{self.path}: {name}: {kind} compression is not supported")
+        if ch_size > MAX_INFLATED_BYTES:
+            raise BinaryError(f"{self.path}: {name}: implausible inflated size {ch_size}")
+        try:
+            data = zlib.decompressobj().decompress(view[header.size :], ch_size)
+        except zlib.error as e:
+            raise BinaryError(f"{self.path}: {name}: corrupt zlib stream ({e})") from e
+        if len(data) != ch_size:
+            raise BinaryError(f"{self.path}: {name}: inflated to {len(data)} bytes, header says {ch_size}")
+        return data
 
     def section_name(self, index: int) -> str | None:
         if 0 <= index < len(self._section_names_by_index):

@@ -3,6 +3,16 @@
 This is the unit the unwinders and the symbolizer share: one ``ObjectFile`` per distinct file, whichever
 processes map it. Files are identified by (device, inode, size, mtime), so the same libc mapped by many
 targets (or seen through different /proc/PID/root paths) is parsed once.
+
+Tables and where they come from:
+
+* ``symbols``: the file's ``.symtab``; else the separate debug file's ``.symtab`` (Debian's libc has only
+  ``.dynsym``, its debug file has the static functions, e.g. ``msort_with_tmp``); else ``.dynsym``.
+* ``unwind_table``: DWARF CFI from ``.eh_frame`` and the file's ``.debug_frame`` (``binary.cfi``),
+  restored from / saved to the disk cache by build-id; ``debug_unwind_table``: the debug file's
+  ``.debug_frame``, opened only when a pc has no row in the file's own CFI (opening libc's debug file
+  costs ~50 ms, more than the rest of its table).
+* ``frame_state``: prologue analysis, for the innermost frame of code without CFI.
 """
 
 from __future__ import annotations
@@ -10,6 +20,9 @@ from __future__ import annotations
 import os
 import threading
 
+from profiler.binary.cache import TableCache, cache_key
+from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save_unwind_table
+from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
 from profiler.binary.prologue import FrameState, FunctionLayout
 from profiler.binary.symbols import SymbolTable, load_symbols
@@ -20,26 +33,132 @@ MAX_SWEEP_BYTES = 1 << 20
 
 
 class ObjectFile:
-    """Symbols and unwind helpers for one ELF image."""
+    """Symbols and unwind helpers for one ELF image.
 
-    def __init__(self, elf: ElfFile) -> None:
+    ``root`` is the prefix under which the target's paths open here (``/proc/PID/root``), used to find
+    the separate debug file in the target's filesystem; ``identity`` is (size, mtime_ns), the disk-cache
+    key of a file without a build-id; ``unwind_cache`` None keeps compiled tables in memory only.
+    """
+
+    def __init__(
+        self,
+        elf: ElfFile,
+        root: str = "/",
+        identity: tuple[int, int] | None = None,
+        unwind_cache: TableCache | None = None,
+    ) -> None:
         self.elf = elf
         self.path = elf.path
         self.build_id = elf.build_id
+        self.root = root
+        self._identity = identity
+        self._unwind_cache = unwind_cache
         self._symbols: SymbolTable | None = None
         self._symbols_loaded = False
+        self._debug_elf: ElfFile | None = None
+        self._debug_loaded = False
+        self._unwind_table: UnwindTable | None = None
+        self._unwind_loaded = False
+        self._debug_unwind_table: UnwindTable | None = None
+        self._debug_unwind_loaded = False
+        #: why ``unwind_table`` is None, or which CFI candidates were left out (corrupt, compressed...)
+        self.unwind_notes: list[str] = []
         self._layouts: dict[int, FunctionLayout | None] = {}
         self._frame_states: dict[int, FrameState | None] = {}
+
+    @property
+    def debug_elf(self) -> ElfFile | None:
+        """The separate debug file (by build-id or .gnu_debuglink), opened once; None if not installed."""
+        if not self._debug_loaded:
+            self._debug_loaded = True
+            try:
+                link = self.elf.debuglink
+            except BinaryError:
+                link = None
+            path = find_debug_file(self.path, self.build_id, link, self.root)
+            if path is not None:
+                try:
+                    debug = ElfFile(path)
+                except BinaryError:
+                    debug = None
+                if debug is not None and self.build_id and debug.build_id and debug.build_id != self.build_id:
+                    debug.close()  # a debug file of another build: its addresses would be wrong
+                    debug = None
+                self._debug_elf = debug
+        return self._debug_elf
 
     @property
     def symbols(self) -> SymbolTable | None:
         if not self._symbols_loaded:
             self._symbols_loaded = True
-            try:
-                self._symbols = load_symbols(self.elf)
-            except (BinaryError, ValueError):
-                self._symbols = None
+            self._symbols = self._load_symbols()
         return self._symbols
+
+    def _load_symbols(self) -> SymbolTable | None:
+        own = _symbols_of(self.elf)
+        if own is not None and own.source == ".symtab":
+            return own
+        debug = self.debug_elf
+        if debug is not None:
+            full = _symbols_of(debug)
+            if full is not None and full.source == ".symtab":
+                full.source = f"{debug.path}:.symtab"
+                return full
+        return own
+
+    @property
+    def unwind_table(self) -> UnwindTable | None:
+        """Compiled DWARF CFI of the file itself, built on first use; None (``unwind_notes`` say why)."""
+        if not self._unwind_loaded:
+            self._unwind_loaded = True
+            self._unwind_table = self._load_table(self.elf, self._cache_key())
+        return self._unwind_table
+
+    @property
+    def debug_unwind_table(self) -> UnwindTable | None:
+        """The separate debug file's ``.debug_frame``, built on first use; None if there is none."""
+        if not self._debug_unwind_loaded:
+            self._debug_unwind_loaded = True
+            debug = self.debug_elf
+            if debug is not None:
+                key = self._cache_key()
+                self._debug_unwind_table = self._load_table(debug, key and key + "-debug")
+        return self._debug_unwind_table
+
+    def _load_table(self, elf: ElfFile, key: str | None) -> UnwindTable | None:
+        try:
+            table, notes = load_unwind_table(elf, self._unwind_cache, key)
+        except BinaryError as e:  # a section that cannot even be sliced from the file
+            table, notes = None, [str(e)]
+        self.unwind_notes.extend(notes)
+        return table
+
+    def unwind_rule(self, svma: int) -> UnwindRule | None:
+        """The CFI rule at ``svma`` (memoized per address), or None where no FDE covers it."""
+        table = self._unwind_table if self._unwind_loaded else self.unwind_table
+        rule = table.rule_for(svma) if table is not None else None
+        if rule is None:
+            debug = self._debug_unwind_table if self._debug_unwind_loaded else self.debug_unwind_table
+            if debug is not None:
+                rule = debug.rule_for(svma)
+        return rule
+
+    def save_unwind_table(self) -> bool:
+        """Store the FDEs decoded so far in the disk cache (call at the end of a recording)."""
+        key = self._cache_key()
+        if self._unwind_cache is None or key is None:
+            return False
+        saved = False
+        for table, table_key in ((self._unwind_table, key), (self._debug_unwind_table, key + "-debug")):
+            if table is not None:
+                saved = save_unwind_table(table, self._unwind_cache, table_key) or saved
+        return saved
+
+    def _cache_key(self) -> str | None:
+        if self.build_id is None and self._identity is None:
+            return None
+        size, mtime = self._identity or (0, 0)
+        return cache_key(self.build_id, self.path, size, mtime)
 
     def frame_state(self, svma: int) -> FrameState | None:
         """Prologue analysis at ``svma``: None if the function is unknown (no symbol covers it)."""
@@ -67,9 +186,14 @@ class ObjectFile:
 
 
 class ObjectFileCache:
-    """Process-wide cache of opened object files, keyed by file identity."""
+    """Process-wide cache of opened object files, keyed by file identity.
 
-    def __init__(self) -> None:
+    ``unwind_cache`` is the on-disk cache of compiled unwind tables (default: ``$XDG_CACHE_HOME/nprof``);
+    pass ``TableCache("cfi", enabled=False)`` to keep everything in memory.
+    """
+
+    def __init__(self, unwind_cache: TableCache | None = None) -> None:
+        self.unwind_cache = unwind_cache if unwind_cache is not None else TableCache("cfi")
         self._by_key: dict[tuple[int, int, int, int], ObjectFile] = {}
         self._failed: dict[tuple[int, int, int, int], BinaryError] = {}
         self._lock = threading.Lock()
@@ -88,7 +212,9 @@ class ObjectFileCache:
             if key in self._failed:
                 raise self._failed[key]
             try:
-                obj = ObjectFile(ElfFile(host_path, display_path=display_path))
+                elf = ElfFile(host_path, display_path=display_path)
+                root = _root_of(host_path, display_path)
+                obj = ObjectFile(elf, root, (st.st_size, st.st_mtime_ns), self.unwind_cache)
             except BinaryError as e:
                 self._failed[key] = e
                 raise
@@ -96,5 +222,31 @@ class ObjectFileCache:
             return obj
 
     def from_bytes(self, data: bytes, display_path: str) -> ObjectFile:
-        """An image that exists only in memory, such as the vdso copied from the target."""
+        """An image that exists only in memory, such as the vdso copied from the target (its tables are
+        small, so they are not cached on disk)."""
         return ObjectFile(ElfFile(display_path, data=data, display_path=display_path))
+
+    def objects(self) -> list[ObjectFile]:
+        """Every file opened so far."""
+        with self._lock:
+            return list(self._by_key.values())
+
+    def save_unwind_tables(self) -> int:
+        """Store every table that decoded FDEs since it was loaded, for the next attach to start with
+        them (call at the end of a recording); returns how many files were written."""
+        return sum(obj.save_unwind_table() for obj in self.objects())
+
+
+def _symbols_of(elf: ElfFile) -> SymbolTable | None:
+    try:
+        return load_symbols(elf)
+    except (BinaryError, ValueError):
+        return None
+
+
+def _root_of(host_path: str, display_path: str | None) -> str:
+    """The prefix that turns a target path into ``host_path`` ("/proc/PID/root"), "/" if none."""
+    if display_path and display_path.startswith("/") and host_path.endswith(display_path):
+        prefix = host_path[: len(host_path) - len(display_path)]
+        return prefix or "/"
+    return "/"

@@ -365,6 +365,7 @@ class Sampler:
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
+        self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
         self.session.modules = list(self.modules.modules)

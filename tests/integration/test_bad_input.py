@@ -16,9 +16,10 @@ from tests.support.targets import nprof_command, run_nprof, running_target, stop
 def assert_error(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
     assert result.returncode == code, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("nprof: error: ")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("nprof: error: ")]
+    assert len(errors) == 1, result.stderr  # one paragraph (notices such as "not Python" may precede it)
     for phrase in phrases:
-        assert phrase in result.stderr, result.stderr
+        assert phrase in errors[0], result.stderr
 
 
 def free_pid() -> int:

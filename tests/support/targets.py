@@ -57,11 +57,14 @@ def wait_ready(fd: int, proc: subprocess.Popen, timeout: float = READY_TIMEOUT) 
 
 
 @contextlib.contextmanager
-def running_target(argv: Sequence[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """Start ``argv + [ready_fd]`` and yield once it wrote "ready"; kill and reap it afterwards."""
+def running_target(
+    argv: Sequence[str], env: dict[str, str] | None = None, ready_at: int = 1
+) -> Iterator[subprocess.Popen]:
+    """Start ``argv`` with the ready fd inserted at position ``ready_at`` (after the program by default;
+    after the script for an interpreter), yield once it wrote "ready"; kill and reap it afterwards."""
     r, w = os.pipe()
     argv = list(argv)
-    cmd = [argv[0], str(w), *argv[1:]]
+    cmd = [*argv[:ready_at], str(w), *argv[ready_at:]]
     proc = subprocess.Popen(cmd, pass_fds=[w], env=env, stdin=subprocess.DEVNULL)
     os.close(w)
     try:

@@ -1,0 +1,154 @@
+"""Code objects: decoded once, cached by address, and never attributed to the wrong function.
+
+A code object's address is not a stable identity: when a function is freed (an ``exec`` in a loop, a
+reloaded module), a new code object may be allocated at the same address. A cache keyed by address alone
+would then name the new function after the old one. So each capture carries the *identity header* of every
+code object on the stack, copied while the frame that runs it kept it alive (``capture.py``), and a cached
+entry is used only when its identity equals the captured one; otherwise the new occupant is decoded and
+gets a new key.
+
+The identity is the fields a code object never changes after creation: ``ob_type``, ``co_firstlineno``, the
+pointers to its file name, name, qualified name, line table and local names, and on 3.12+ ``co_version``, a
+counter value unique to each code object made, so reuse is always detected there. Before 3.12 a new code
+object could in theory match every identity field of a freed one at the same address, if its strings and
+tables also landed where the old one's were and it starts on the same line; nothing cheaper than reading
+the strings themselves during the stop would tell them apart.
+
+Decoding happens after resume, so the code object may die meanwhile (its function returned and was
+dropped); its strings may then be freed and reused too. ``_decode`` therefore re-reads the header after
+reading the strings and keeps the result only if the object is still the same and still allocated.
+
+Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
+with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
+functions that shared an address stay two frames in a profile. The generation wraps after 65536 occupants of
+one address, which would merge only frames that far apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
+from agents.cpython.linetable import LineTable, decode
+from agents.cpython.memory import Read, i64, read_exact
+from agents.cpython.strings import read_bytes, read_str
+
+GENERATION_SHIFT = 48
+GENERATION_MASK = 0xFFFF
+#: RuntimeFrame.code of a C-stack shim frame (not an address: below the first page)
+SHIM_KEY = 1
+#: RuntimeFrame.code of a code object that could not be decoded
+UNKNOWN_KEY = 2
+
+
+#: a live code object's ob_refcnt is below this (3.12+ immortal ones hold _Py_IMMORTAL_REFCNT = UINT_MAX,
+#: Include/object.h). pymalloc's free() overwrites ob_refcnt with the free-list link, a pointer or NULL
+#: (Objects/obmalloc.c); glibc's free() overwrites the first two words (ob_refcnt, ob_type) with its own.
+MAX_LIVE_REFCNT = 1 << 32
+
+
+def alive(header: bytes) -> bool:
+    """Whether the object whose header starts ``header`` looks allocated (plausible ``ob_refcnt``)."""
+    refcnt = i64(header, 0)
+    return 0 < refcnt <= MAX_LIVE_REFCNT - 1
+
+
+@dataclass
+class CodeInfo:
+    """One decoded code object."""
+
+    key: int
+    ident: tuple[int, ...]
+    name: str  #: ``co_qualname`` on 3.11+, ``co_name`` before
+    filename: str
+    firstlineno: int
+    table_bytes: bytes
+    table_format: LineTableFormat
+    table: LineTable | None = None
+
+    def line(self, offset: int) -> int | None:
+        if self.table is None:
+            self.table = decode(self.table_format, self.table_bytes, self.firstlineno)
+        return self.table.line(offset)
+
+
+@dataclass
+class CodeStats:
+    decoded: int = 0
+    reused_addresses: int = 0  #: an address came back holding a different code object
+    not_code: int = 0  #: a frame's code pointer did not point at a code object
+    unreadable: int = 0  #: a code object's strings or line table could not be read
+
+
+class CodeCache:
+    """Decoded code objects by address (current occupant) and by key (every occupant ever seen)."""
+
+    def __init__(self, read: Read, code: CodeLayout, objects: ObjectLayout, types: dict[str, int]) -> None:
+        self._read = read
+        self._code = code
+        self._objects = objects
+        self._code_type = types["PyCode_Type"]
+        self._str_type = types.get("PyUnicode_Type")
+        self._bytes_type = types.get("PyBytes_Type")
+        fields = {"ob_type": (objects.ob_type, "Q"), "firstlineno": (code.firstlineno, "i"),
+                  "filename": (code.filename, "Q"), "name": (code.name, "Q"), "linetable": (code.linetable, "Q")}
+        for name in ("qualname", "varnames", "localsplusnames", "localspluskinds"):
+            offset = getattr(code, name)
+            if offset is not None:
+                fields[name] = (offset, "Q")
+        if code.version is not None:
+            fields["version"] = (code.version, "I")
+        self._ident, names = fields_struct(fields)
+        self._field = {name: i for i, name in enumerate(names)}
+        self._by_addr: dict[int, CodeInfo] = {}
+        self.by_key: dict[int, CodeInfo] = {}
+        self._generation: dict[int, int] = {}
+        self.stats = CodeStats()
+
+    def identify(self, addr: int, raw: bytes, offset: int) -> int | None:
+        """The key of the code object at ``addr`` whose identity header was captured at ``raw[offset:]``;
+        None if it is not a code object (the caller truncates the stack there). Decodes on first sight."""
+        if offset < 0 or offset + self._ident.size > len(raw):
+            return None
+        ident = self._ident.unpack_from(raw, offset)
+        entry = self._by_addr.get(addr)
+        if entry is not None and entry.ident == ident:
+            return entry.key
+        if ident[self._field["ob_type"]] != self._code_type:
+            self.stats.not_code += 1
+            return None
+        info = self._decode(addr, ident)
+        if info is None:
+            self.stats.unreadable += 1
+            return UNKNOWN_KEY
+        if entry is not None:
+            self.stats.reused_addresses += 1
+        self._by_addr[addr] = info
+        self.by_key[info.key] = info
+        return info.key
+
+    def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
+        """Read names, file and line table (after resume), then check the code object is still the one the
+        capture saw, and still alive: if it was freed meanwhile, its strings may have been freed and reused
+        too (seen here: a file name read back as the next loop iteration's "137")."""
+        f, read, objects = self._field, self._read, self._objects
+        name_ptr = ident[f["qualname"]] if "qualname" in f else ident[f["name"]]
+        name = read_str(read, name_ptr, objects, self._str_type)
+        filename = read_str(read, ident[f["filename"]], objects, self._str_type)
+        table = read_bytes(read, ident[f["linetable"]], objects, self._bytes_type)
+        if name is None or filename is None or table is None:
+            return None
+        again = read_exact(read, addr, self._ident.size)
+        if again is None or self._ident.unpack_from(again) != ident or not alive(again):
+            return None
+        generation = self._generation.get(addr, -1) + 1
+        self._generation[addr] = generation
+        key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
+        self.stats.decoded += 1
+        return CodeInfo(key, ident, name, filename, ident[f["firstlineno"]], table, self._code.linetable_format)
+
+    def get(self, key: int) -> CodeInfo | None:
+        return self.by_key.get(key)
+
+    def code_address(self, key: int) -> int:
+        return key & ((1 << GENERATION_SHIFT) - 1)

@@ -1,0 +1,151 @@
+"""Recognising CPython in a process: which file holds the interpreter, its version, ``_PyRuntime`` and layout.
+
+The interpreter lives in ``libpython3.X.so`` when the build is shared (pyenv), or in the executable when it is
+linked statically (Debian's /usr/bin/python3.11). Either way ``_PyRuntime`` is a GLOBAL OBJECT in ``.dynsym``,
+so it survives stripping (reference section 1.1); from 3.10 it is also alone in the ``.PyRuntime`` section,
+the fallback when no symbol table is usable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from agents.cpython import debug_offsets
+from agents.cpython.layout import Layout
+from agents.cpython.offsets import table_layout
+from profiler.binary.objfile import ObjectFile, ObjectFileCache
+from profiler.errors import BinaryError
+from profiler.target.maps import Mapping
+from profiler.target.process import TargetProcess
+
+SUPPORTED = ((3, 8), (3, 14))  #: oldest and newest minor version the agent reads (3.14: untested)
+
+#: ``libpython3.12.so.1.0``, ``python3.11``, ``libpython3.13t.so``: the minor version and ABI flags
+_NAME = re.compile(r"^(?:lib)?python3\.(\d+)([a-z]*)(?:\.so.*)?$")
+
+#: the objects and types whose addresses the agent compares against (all GLOBAL in .dynsym, 3.8-3.14)
+TYPE_SYMBOLS = (
+    "PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "PyLong_Type", "PyBool_Type", "PyFloat_Type",
+    "PyTuple_Type", "PyList_Type", "PyDict_Type", "PyCell_Type", "PyModule_Type",
+    "_Py_NoneStruct", "_Py_TrueStruct", "_Py_FalseStruct",
+)
+
+
+@dataclass
+class Interpreter:
+    """Where the interpreter sits in one process, and how to read it."""
+
+    path: str  #: the file as the target's maps name it
+    obj: ObjectFile
+    bias: int  #: avma - svma of ``obj``
+    version: tuple[int, int]
+    runtime: int  #: avma of ``_PyRuntime``
+    layout: Layout
+    types: dict[str, int]  #: avma of each found ``TYPE_SYMBOLS`` entry
+
+    @property
+    def label(self) -> str:
+        return f"CPython {self.version[0]}.{self.version[1]} ({os.path.basename(self.path)})"
+
+
+class DetectError(Exception):
+    """Why a process is not a CPython nprof can read; the message is the one-line notice for the user."""
+
+
+def interpreter_mapping(process: TargetProcess) -> Mapping | None:
+    """The first mapping of libpython3.X, else of the executable if it is a python3.X binary or exports
+    ``_PyRuntime`` (checked by the caller)."""
+    exe = None
+    for m in process.maps.mappings:
+        if not m.file_backed:
+            continue
+        base = os.path.basename(m.path.removesuffix(" (deleted)"))
+        if base.startswith("libpython3.") and _NAME.match(base):
+            return m
+        if exe is None and (m.path == process.exe or m.offset == 0 and base == os.path.basename(process.exe)):
+            exe = m
+    return exe
+
+
+def version_from_name(path: str) -> tuple[tuple[int, int], str] | None:
+    match = _NAME.match(os.path.basename(path.removesuffix(" (deleted)")))
+    if match is None:
+        return None
+    return (3, int(match.group(1))), match.group(2)
+
+
+def _version_from_symbol(obj: ObjectFile) -> tuple[int, int] | None:
+    """``Py_Version`` (3.11+): ``const unsigned long`` = PY_VERSION_HEX, read from the file (it is rodata)."""
+    symbols = obj.symbols
+    hit = symbols.address_of("Py_Version") if symbols is not None else None
+    if hit is None:
+        return None
+    data = obj.elf.read_svma(hit[0], 4)
+    if len(data) != 4:
+        return None
+    (hexversion,) = struct.unpack("<I", data)
+    return hexversion >> 24 & 0xFF, hexversion >> 16 & 0xFF
+
+
+def _runtime_svma(obj: ObjectFile) -> int | None:
+    symbols = obj.symbols
+    hit = symbols.address_of("_PyRuntime") if symbols is not None else None
+    if hit is not None:
+        return hit[0]
+    section = obj.elf.sections.get(".PyRuntime")  # 3.10+: bpo-32280, Python/pylifecycle.c
+    return section.sh_addr if section is not None and section.sh_addr else None
+
+
+def _layout(process: TargetProcess, version: tuple[int, int], runtime: int) -> Layout:
+    if version <= (3, 12):
+        layout = table_layout(version)
+        if layout is None:
+            raise DetectError(f"CPython {version[0]}.{version[1]} has no offset table")
+        return layout
+    data = process.read(runtime, debug_offsets.READ_SIZE)
+    try:
+        return debug_offsets.layout_from_debug_offsets(data, version)
+    except debug_offsets.DebugOffsetsError as e:
+        raise DetectError(f"CPython {version[0]}.{version[1]}: unusable _Py_DebugOffsets ({e})") from e
+
+
+def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
+    """Find the interpreter in ``process``; raise DetectError with the user-facing reason if there is none."""
+    mapping = interpreter_mapping(process)
+    if mapping is None:
+        raise DetectError("no libpython or python executable mapped: not a CPython process")
+    try:
+        obj = objects.open(process.mapped_file_path(mapping), display_path=mapping.path)
+    except BinaryError as e:
+        raise DetectError(f"cannot read the interpreter binary: {e}") from e
+    svma = _runtime_svma(obj)
+    if svma is None:
+        raise DetectError(f"{mapping.path} exports no _PyRuntime: not a CPython 3.8+ interpreter")
+    named = version_from_name(mapping.path)
+    flags = named[1] if named else ""
+    version = _version_from_symbol(obj) or (named[0] if named else None)
+    if version is None:
+        raise DetectError(f"cannot tell the Python version of {mapping.path}")
+    label = f"CPython {version[0]}.{version[1]}"
+    if not SUPPORTED[0] <= version <= SUPPORTED[1]:
+        raise DetectError(f"{label} is not supported (nprof reads 3.8 to 3.14)")
+    if "d" in flags or "t" in flags:
+        kind = "debug" if "d" in flags else "free-threaded"
+        raise DetectError(f"{label} is a {kind} build, whose object layout nprof does not read")
+    bias = obj.elf.bias_for(mapping.start, mapping.offset)
+    if bias is None:
+        raise DetectError(f"cannot place {mapping.path} in memory (no PT_LOAD covers its mapping)")
+    runtime = svma + bias
+    layout = _layout(process, version, runtime)
+    symbols = obj.symbols
+    types: dict[str, int] = {}
+    for name in TYPE_SYMBOLS:
+        hit = symbols.address_of(name) if symbols is not None else None
+        if hit is not None:
+            types[name] = hit[0] + bias
+    if "PyCode_Type" not in types:
+        raise DetectError(f"{mapping.path} exports no PyCode_Type, needed to validate code objects")
+    return Interpreter(mapping.path, obj, bias, version, runtime, layout, types)

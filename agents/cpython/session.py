@@ -1,0 +1,231 @@
+"""``CPythonSession``: the agent protocol (profiler/runtime.py, DESIGN.md section 4) for one CPython process.
+
+The sampler calls, per tick:
+
+* ``refresh()`` between ticks: re-walks the thread-state lists when a capture found a thread it could not
+  map, or periodically; and rebuilds the read plans captures left dirty. Never while a thread is stopped.
+* ``capture(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), then the
+  copies of ``capture.py`` through the thread's read plan. Returns a ``StackCapture``, or None for a thread
+  without a Python thread state (a native thread: it is still profiled natively).
+* ``frames(capture)`` after resume: ``RuntimeFrame``s innermost first (``frames.py`` says how entries and
+  shims are marked), ``holds_gil(capture)``, and ``locals(capture)`` for ``nprof dump --locals``.
+
+and at export ``describe(frame)`` once per unique frame, and ``is_anchor`` / ``is_interpreter_frame`` /
+``is_gil_wait`` per native frame.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from agents.cpython.anchors import InterpreterFunctions
+from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture, Wanted
+from agents.cpython.code import SHIM_KEY, CodeCache
+from agents.cpython.detect import Interpreter
+from agents.cpython.frames import decode_frames
+from agents.cpython.locals import LocalsReader
+from agents.cpython.scatter import EMPTY_PLAN, ReadPlan, ScatterReader, build_plan
+from agents.cpython.thread_names import ThreadNames
+from agents.cpython.threads import ThreadMap, ThreadStateInfo, walk_thread_states
+from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
+from profiler.target.process import TargetProcess
+
+#: least time between two walks of the thread lists when captures ask for one (native threads ask each tick)
+RESCAN_MIN_INTERVAL = 0.05
+#: walk the thread lists at least this often even if every capture found its thread state
+RESCAN_MAX_INTERVAL = 1.0
+#: how long Python thread names are reused before the next (heavy) read of threading._active
+NAMES_MAX_AGE = 2.0
+
+
+@dataclass
+class SessionStats:
+    captures: int = 0
+    unmapped: int = 0  #: captures of a thread with no known Python thread state
+    stale: int = 0  #: the mapped thread state belonged to another thread by the time of the stop
+    unreadable: int = 0  #: the thread state could not be read
+    truncated: int = 0  #: stacks cut short by a looping, unreadable or garbage chain
+    rescans: int = 0
+    plan_rebuilds: int = 0
+
+
+class ThreadSlot:
+    """Per OS thread: its thread state and the read plan of its next capture."""
+
+    __slots__ = ("info", "plan", "used", "dirty")
+
+    def __init__(self, info: ThreadStateInfo) -> None:
+        self.info = info
+        self.plan: ReadPlan = EMPTY_PLAN
+        self.used: Wanted = ([], [])  #: what the last capture read: fixed reads, then frames and headers
+        self.dirty = False
+
+    def rebuild(self) -> None:
+        self.plan = build_plan(*self.used)
+        self.dirty = False
+
+
+class CPythonSession:
+    """The agent attached to one CPython process."""
+
+    name = "cpython"
+
+    def __init__(self, process: TargetProcess, interpreter: Interpreter) -> None:
+        self.process = process
+        self.interpreter = interpreter
+        self.layout = interpreter.layout
+        self.stats = SessionStats()
+        self.codes = CodeCache(process.read, self.layout.code, self.layout.objects, interpreter.types)
+        self.functions = InterpreterFunctions(interpreter.obj.symbols, interpreter.bias)
+        self._copier = ChainCopier(self.layout, interpreter.runtime)
+        self._reader = ScatterReader(process.pid)
+        self._native_keys = self._copier.native_keys
+        self._slots: dict[int, ThreadSlot] = {}
+        self.threads = ThreadMap({}, [], [], False)
+        self._stale = True
+        self._last_scan = -1.0
+        self._code_adaptive = self.layout.code.code_adaptive or 0
+        self._locals: LocalsReader | None = None
+        self._names: ThreadNames | None = None
+        self._names_time = -NAMES_MAX_AGE
+        self._name_cache: dict[int, str] = {}
+        self.refresh(force=True)
+
+    # --- between ticks ----------------------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-walk the thread lists if needed, and rebuild dirty read plans."""
+        now = time.monotonic()
+        since = now - self._last_scan
+        if force or since >= RESCAN_MAX_INTERVAL or (self._stale and since >= RESCAN_MIN_INTERVAL):
+            self._rescan(now)
+        for slot in self._slots.values():
+            if slot.dirty:
+                self._rebuild(slot)
+
+    def _rescan(self, now: float) -> None:
+        self._last_scan = now
+        self._stale = False
+        self.stats.rescans += 1
+        threads = walk_thread_states(self.process.read, self.interpreter.runtime, self.layout)
+        slots: dict[int, ThreadSlot] = {}
+        for key, info in threads.by_key.items():
+            slot = self._slots.get(key)
+            if slot is None or slot.info.addr != info.addr:
+                slot = ThreadSlot(info)
+            slot.info = info
+            slots[key] = slot
+        if not threads.complete:
+            # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
+            # every thread state's identity anyway, and the next walk comes soon
+            self._stale = True
+            for key, slot in self._slots.items():
+                slots.setdefault(key, slot)
+        self._slots = slots
+        self.threads = threads
+
+    def _rebuild(self, slot: ThreadSlot) -> None:
+        slot.rebuild()
+        self.stats.plan_rebuilds += 1
+
+    def thread_state_of(self, tid: int, fs_base: int = 0) -> ThreadStateInfo | None:
+        """The thread state mapped to an OS thread (3.11+ by tid, before by its ``fs_base``)."""
+        slot = self._slots.get(tid if self._native_keys else fs_base)
+        return slot.info if slot is not None else None
+
+    # --- while the thread is stopped ----------------------------------------------------------------------
+
+    def capture(self, tid: int, regs: object) -> StackCapture | None:
+        """Copy the thread's frame chain (syscalls only). None: no Python thread state for this thread."""
+        key = tid if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
+        slot = self._slots.get(key)
+        self.stats.captures += 1
+        if slot is None:
+            self.stats.unmapped += 1
+            self._stale = True
+            return None
+        if slot.dirty:
+            self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
+        reader = self._reader
+        reader.begin(slot.plan)
+        out, wanted = self._copier.copy(reader, tid, key, slot.info)
+        if wanted is not None:
+            slot.used, slot.dirty = wanted, True
+        if out.status == CaptureStatus.STALE:
+            self._stale = True  # the thread state moved on (thread exited, tid reused): remap at refresh
+        return out
+
+    # --- after resume ---------------------------------------------------------------------------------
+
+    def frames(self, capture: StackCapture | None) -> list[RuntimeFrame]:
+        """Decode a capture: RuntimeFrames innermost first; a cut-short stack is counted in ``stats``."""
+        if capture is None:
+            return []
+        status = capture.status
+        if status.truncated:
+            self.stats.truncated += 1
+        elif status:
+            if status == CaptureStatus.STALE:
+                self.stats.stale += 1
+            else:
+                self.stats.unreadable += 1
+            return []
+        frames, cut = decode_frames(capture, self.codes, self.layout.frame, self._code_adaptive)
+        if cut and not status.truncated:
+            self.stats.truncated += 1
+        return frames
+
+    def locals(self, capture: StackCapture | None) -> list[list[tuple[str, str]]]:
+        """(name, value text) of each frame's bound locals, aligned with ``frames(capture)``.
+
+        For ``nprof dump --locals``: it reads the frames' memory, so call it while the thread is still
+        stopped (after ``capture``); each frame and value is bounded (``locals.py``, ``objects.py``)."""
+        if capture is None:
+            return []
+        if self._locals is None:
+            self._locals = LocalsReader(self.process.read, self.layout, self.interpreter.types)
+        return self._locals.capture_locals(capture)
+
+    def python_thread_names(self, max_age: float = NAMES_MAX_AGE) -> dict[int, str]:
+        """``{thread ident: threading name}`` (ident = ``thread_id`` = pthread_t), re-read at most every
+        ``max_age`` seconds: it is a heavy walk (``thread_names.py``)."""
+        now = time.monotonic()
+        if self._names is None:
+            self._names = ThreadNames(self.process.read, self.layout, self.interpreter.types)
+        if now - self._names_time >= max_age:
+            self._names_time = now
+            self._name_cache = self._names.read_names(self.threads.interpreters)
+        return self._name_cache
+
+    def thread_name(self, tid: int, fs_base: int = 0) -> str | None:
+        """The Python name of an OS thread (3.8-3.10 need its ``fs_base`` to find its thread state)."""
+        info = self.thread_state_of(tid, fs_base)
+        return self.python_thread_names().get(info.thread_id) if info is not None else None
+
+    def holds_gil(self, capture: StackCapture | None) -> bool | None:
+        """Whether the thread held the GIL at its stop; None if unknown (no thread state, unreadable)."""
+        return None if capture is None else capture.holds_gil
+
+    def describe(self, frame: RuntimeFrame) -> FrameInfo:
+        """Name (qualname on 3.11+), file and line of a frame, from the code cache (no target reads)."""
+        if frame.shim or frame.code == SHIM_KEY:
+            return FrameInfo("<shim>", module=None)
+        info = self.codes.get(frame.code)
+        if info is None:
+            return FrameInfo("<unknown Python code>")
+        return FrameInfo(info.name, info.filename, info.line(frame.offset))
+
+    # --- native frames -----------------------------------------------------------------------------------
+
+    def is_anchor(self, frame: NativeFrame) -> bool:
+        """``_PyEval_EvalFrameDefault`` (and its split parts) of this interpreter."""
+        return self.functions.is_anchor(frame)
+
+    def is_interpreter_frame(self, frame: NativeFrame) -> bool:
+        """The eval loop and the call glue between it and a C function (for ``--hide-interpreter``)."""
+        return self.functions.is_interpreter_frame(frame)
+
+    def is_gil_wait(self, frame: NativeFrame) -> bool:
+        """``take_gil``: a thread with this frame on its native stack is waiting for the GIL."""
+        return self.functions.is_gil_wait(frame)

@@ -1,0 +1,111 @@
+"""Which ``PyThreadState`` belongs to which OS thread, found by walking the interpreter and thread lists.
+
+This walk runs between ticks (``CPythonSession.refresh``), never while a thread is stopped: it touches every
+thread state, and the capture only needs a dict lookup. The target keeps running meanwhile, so the lists may
+change under the walk; every link is checked (``tstate->interp`` must point back at the interpreter being
+walked, no address is visited twice, every loop is bounded) and a torn walk is simply redone at the next
+refresh. The capture re-checks the identity of each thread state it reads, so a stale entry costs one
+sample's Python frames, never a wrong stack.
+
+Keys (reference section 5): 3.11+ map the OS tid through ``native_thread_id``. 3.8-3.10 have no such field;
+there ``thread_id`` is the thread's ``pthread_t``, which on x86-64 glibc is its thread pointer, i.e. the
+``fs_base`` register the capture receives with the thread's registers.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from agents.cpython.layout import Layout, fields_struct
+from agents.cpython.memory import Read, plausible, read_exact, read_pointer
+
+MAX_INTERPRETERS = 64  #: py-spy's and the reference's bound
+MAX_THREADS = 4096
+
+
+@dataclass
+class ThreadStateInfo:
+    """One thread state as the last walk saw it."""
+
+    addr: int
+    interp: int
+    thread_id: int  #: pthread_t (== fs_base)
+    native_thread_id: int  #: OS tid on 3.11+, 0 before
+    gil: int  #: address of the ``struct _gil_runtime_state`` its interpreter uses (3.12+), else 0
+
+
+@dataclass
+class ThreadMap:
+    """The result of one walk."""
+
+    by_key: dict[int, ThreadStateInfo]  #: native tid (3.11+) or pthread_t (<=3.10) -> thread state
+    states: list[ThreadStateInfo]  #: every thread state, newest first per interpreter
+    interpreters: list[int]
+    complete: bool  #: False if the walk was cut short (a bad link or a bound)
+
+
+def _tstate_struct(layout: Layout) -> tuple[struct.Struct, list[str], int]:
+    """Unpacker of (next, interp, thread_id[, native_thread_id]), its field names, and the bytes to read."""
+    t = layout.thread
+    fields = {"next": (t.next, "Q"), "interp": (t.interp, "Q"), "thread_id": (t.thread_id, "Q")}
+    if t.native_thread_id is not None:
+        fields["native"] = (t.native_thread_id, "Q")
+    unpacker, names = fields_struct(fields)
+    return unpacker, names, unpacker.size
+
+
+def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
+    """Every interpreter's thread states, keyed the way the capture looks them up."""
+    unpacker, names, size = _tstate_struct(layout)
+    use_native = layout.thread.native_thread_id is not None
+    by_key: dict[int, ThreadStateInfo] = {}
+    states: list[ThreadStateInfo] = []
+    interpreters: list[int] = []
+    seen: set[int] = set()
+    complete = True
+    interp = read_pointer(read, runtime + layout.runtime.interpreters_head)
+    if interp is None:
+        return ThreadMap(by_key, states, interpreters, False)
+    while interp:
+        if interp in seen or len(interpreters) >= MAX_INTERPRETERS:
+            complete = False
+            break
+        seen.add(interp)
+        interpreters.append(interp)
+        gil = 0
+        if layout.interpreter.ceval_gil is not None:
+            gil = read_pointer(read, interp + layout.interpreter.ceval_gil) or 0
+        tstate = read_pointer(read, interp + layout.interpreter.threads_head)
+        count = 0
+        while tstate:
+            if tstate in seen or count >= MAX_THREADS:
+                complete = False
+                break
+            seen.add(tstate)
+            count += 1
+            raw = read_exact(read, tstate, size)
+            if raw is None:
+                complete = False
+                break
+            fields = dict(zip(names, unpacker.unpack(raw)))
+            if fields["interp"] != interp:
+                complete = False  # freed or being unlinked while we walked
+                break
+            info = ThreadStateInfo(tstate, interp, fields["thread_id"], fields.get("native", 0), gil)
+            states.append(info)
+            key = info.native_thread_id if use_native else info.thread_id
+            # 0 is a state not bound to its OS thread yet; on a duplicate keep the newest (the list head)
+            if key and key not in by_key:
+                by_key[key] = info
+            nxt = fields["next"]
+            if nxt and not plausible(nxt):
+                complete = False
+                break
+            tstate = nxt
+        nxt = read_pointer(read, interp + layout.interpreter.next)
+        if nxt is None:
+            complete = False
+            break
+        interp = nxt
+    return ThreadMap(by_key, states, interpreters, complete)

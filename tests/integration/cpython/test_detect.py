@@ -1,0 +1,57 @@
+"""Detection: which processes get a session, and the one-line reason when one does not."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agents.cpython import CPythonAgent
+from profiler.model import NativeFrame, UnwindMethod
+from profiler.target.process import TargetProcess
+from tests.integration.cpython.conftest import python_running
+from tests.support.targets import running_target
+from tests.targets.python.interpreters import PYENV_ROOT, interpreter_params
+
+READY = "import os, sys, time; os.write(int(sys.argv[1]), b'ready\\n'); time.sleep(60)"
+
+
+@pytest.mark.parametrize("interp", interpreter_params())
+def test_supported_interpreters_are_detected(interp):
+    with python_running(interp.path, "-c", READY) as proc:
+        agent = CPythonAgent()
+        session = agent.detect(TargetProcess(proc.pid))
+        assert session is not None, agent.last_reason
+        assert session.interpreter.version == interp.version
+        assert session.layout.source == ("_Py_DebugOffsets" if interp.version >= (3, 13) else "table")
+        assert session.threads.complete and len(session.threads.states) == 1
+        functions = session.functions
+        assert len(functions.eval) >= 1 and len(functions.glue) > 10
+        assert len(functions.gil_wait) >= 1, f"take_gil not found in {functions.source}"
+        start = functions.eval.starts[0]
+        assert session.is_anchor(NativeFrame(0, 0, start + 16, UnwindMethod.IP))
+        assert session.is_anchor(NativeFrame(0, 0, start + 17, UnwindMethod.CFI))  # a return address inside
+        assert session.is_interpreter_frame(NativeFrame(0, 0, start + 16, UnwindMethod.IP))
+        assert not session.is_anchor(NativeFrame(0, 0, start, UnwindMethod.CFI))  # returns to the byte before
+        assert not session.is_anchor(NativeFrame(0, 0, 0x1000, UnwindMethod.IP))
+        assert session.is_gil_wait(NativeFrame(0, 0, functions.gil_wait.starts[0] + 4, UnwindMethod.IP))
+
+
+@pytest.mark.parametrize(("minor", "reason"), [("2.7", "no _PyRuntime"), ("3.7", "not supported")])
+def test_old_pythons_are_refused_with_a_reason(minor, reason):
+    major = minor.split(".")[0]
+    candidates = sorted(p for p in os.listdir(os.path.join(PYENV_ROOT, "versions")) if p.startswith(minor + "."))
+    if not candidates:
+        pytest.skip(f"no CPython {minor} under {PYENV_ROOT}/versions")
+    path = os.path.join(PYENV_ROOT, "versions", candidates[-1], "bin", f"python{major}")
+    with python_running(path, "-c", READY) as proc:
+        agent = CPythonAgent()
+        assert agent.detect(TargetProcess(proc.pid)) is None
+        assert reason in agent.last_reason
+
+
+def test_native_process_is_not_python(chain_fp):
+    with running_target([chain_fp]) as target:
+        agent = CPythonAgent()
+        assert agent.detect(TargetProcess(target.pid)) is None
+        assert "not a CPython" in agent.last_reason

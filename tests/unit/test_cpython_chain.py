@@ -1,0 +1,403 @@
+"""The stop-time copy and the decode of CPython frame chains, over a synthetic target memory.
+
+A ``FakeTarget`` lays out thread states, frames, code objects and strings for a real version layout in a
+bytearray, and stands in for ``process_vm_readv`` (same partial-read rule as the kernel: the copy stops at
+the first remote iovec that is not fully mapped). Corrupt chains must give truncated stacks, never an
+exception or a hang.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import pytest
+
+from agents.cpython import scatter
+from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier
+from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
+from agents.cpython.frames import decode_frames
+from agents.cpython.layout import FrameKind, Layout, LineTableFormat
+from agents.cpython.offsets import TABLES
+from agents.cpython.scatter import ScatterReader, build_plan
+from agents.cpython.threads import ThreadStateInfo, walk_thread_states
+from profiler.target.ptrace import iovec
+
+HEAP = 0x10_0000_0000
+HEAP_SIZE = 4 << 20
+UNMAPPED = 0x20_0000_0000
+CODE_TYPE, STR_TYPE, BYTES_TYPE = 0x5000_0000, 0x5000_1000, 0x5000_2000
+TYPES = {"PyCode_Type": CODE_TYPE, "PyUnicode_Type": STR_TYPE, "PyBytes_Type": BYTES_TYPE}
+TID = 4242
+OWNER_CSTACK = 3
+#: a line table saying "co_firstlineno + 1" for the first instructions, in each format (linetable.py)
+LINE_PLUS_ONE = {
+    LineTableFormat.LNOTAB: bytes([0, 1]),  # from byte 0: +1
+    LineTableFormat.LINETABLE_310: bytes([200, 1]),  # bytes [0, 200): +1
+    LineTableFormat.LOCATIONS: bytes([0x80 | 13 << 3 | 7, 2]),  # 8 code units, no columns, varint +1
+}
+
+
+class FakeTarget:
+    """A heap holding the structures of one layout; ``readv`` replaces process_vm_readv."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.heap = bytearray(HEAP_SIZE)
+        self.top = HEAP
+        self.syscalls = 0
+        self.runtime = 0
+
+    # --- memory ---------------------------------------------------------------------------------------
+
+    def alloc(self, size: int) -> int:
+        addr = self.top
+        self.top += (size + 15) & ~15
+        assert self.top <= HEAP + HEAP_SIZE
+        return addr
+
+    def put(self, addr: int, fmt: str, *values: object) -> None:
+        struct.pack_into("<" + fmt, self.heap, addr - HEAP, *values)
+
+    def read(self, addr: int, size: int) -> bytes:
+        if not HEAP <= addr < HEAP + HEAP_SIZE:
+            return b""
+        start = addr - HEAP
+        return bytes(self.heap[start : min(start + size, HEAP_SIZE)])
+
+    def readv(self, pid, local, nlocal, remote, nremote, flags) -> int:
+        self.syscalls += 1
+        dest = local._obj
+        remotes = [remote._obj] if hasattr(remote, "_obj") else [remote[i] for i in range(nremote)]
+        done = 0
+        for iov in remotes:
+            data = self.read(iov.iov_base, iov.iov_len)
+            if len(data) != iov.iov_len:
+                break
+            ctypes.memmove(dest.iov_base + done, data, len(data))
+            done += len(data)
+        return done if done else -1
+
+    # --- objects --------------------------------------------------------------------------------------
+
+    def string(self, text: str) -> int:
+        o = self.layout.objects
+        data = text.encode("ascii")
+        addr = self.alloc(o.unicode_ascii_size + len(data) + 1)
+        self.put(addr, "qQ", 1, STR_TYPE)
+        self.put(addr + o.unicode_length, "q", len(data))
+        self.put(addr + o.unicode_state, "I", 1 << 2 | 1 << 5 | 1 << 6)  # kind 1, compact, ascii
+        self.heap[addr - HEAP + o.unicode_ascii_size : addr - HEAP + o.unicode_ascii_size + len(data)] = data
+        return addr
+
+    def bytes_object(self, data: bytes) -> int:
+        addr = self.alloc(32 + len(data))
+        self.put(addr, "qQq", 1, BYTES_TYPE, len(data))
+        self.heap[addr - HEAP + 32 : addr - HEAP + 32 + len(data)] = data
+        return addr
+
+    def code(self, name: str, firstlineno: int, version: int = 0) -> int:
+        c = self.layout.code
+        addr = self.alloc(max(c.size, (c.code_adaptive or 0) + 64))
+        self.put(addr, "qQ", 1, CODE_TYPE)
+        self.put(addr + c.firstlineno, "i", firstlineno)
+        self.put(addr + c.filename, "Q", self.string(f"{name}.py"))
+        self.put(addr + c.name, "Q", self.string(name))
+        if c.qualname is not None:
+            self.put(addr + c.qualname, "Q", self.string(f"Q.{name}"))
+        table = LINE_PLUS_ONE[c.linetable_format]
+        self.put(addr + c.linetable, "Q", self.bytes_object(table))
+        if c.version is not None:
+            self.put(addr + c.version, "I", version)
+        return addr
+
+    def frame(self, code: int, previous: int, position: int = 0, owner: int = 0, is_entry: int = 0) -> int:
+        f = self.layout.frame
+        addr = self.alloc(max(f.size, f.localsplus) + 16)
+        self.link(addr, previous)
+        self.put(addr + f.code, "Q", code)
+        if f.kind is FrameKind.FRAME_OBJECT:
+            self.put(addr + f.instr, "i", position)
+        else:
+            self.put(addr + f.instr, "Q", code + (self.layout.code.code_adaptive or 0) + 2 * position)
+        if f.owner is not None:
+            self.put(addr + f.owner, "B", owner)
+        if f.is_entry is not None:
+            self.put(addr + f.is_entry, "B", is_entry)
+        return addr
+
+    def link(self, frame: int, previous: int) -> None:
+        self.put(frame + self.layout.frame.previous, "Q", previous)
+
+    def thread_state(self, innermost: int) -> ThreadStateInfo:
+        t = self.layout.thread
+        addr = self.alloc(t.size)
+        ident = t.native_thread_id if t.native_thread_id is not None else t.thread_id
+        self.put(addr + ident, "Q", TID)
+        if t.cframe_current_frame is not None:
+            cframe = self.alloc(32)
+            self.put(cframe + t.cframe_current_frame, "Q", innermost)
+            self.put(addr + t.frame, "Q", cframe)
+        else:
+            self.put(addr + t.frame, "Q", innermost)
+        return ThreadStateInfo(addr, 0, TID, TID, 0)
+
+
+LAYOUTS = [pytest.param(TABLES[v], id=f"{v[0]}.{v[1]}") for v in [(3, 8), (3, 10), (3, 11), (3, 12)]]
+
+
+@pytest.fixture
+def target(request, monkeypatch) -> FakeTarget:
+    fake = FakeTarget(request.param)
+    monkeypatch.setattr(scatter, "process_vm_readv", fake.readv)
+    return fake
+
+
+def chain(target: FakeTarget, names: list[str]) -> tuple[ThreadStateInfo, list[int]]:
+    """Frames running functions ``names`` (innermost first), linked outward; returns the thread state."""
+    frames: list[int] = []
+    previous = 0
+    for i, name in reversed(list(enumerate(names))):
+        previous = target.frame(target.code(name, 10 * (i + 1), version=i + 1), previous, position=1)
+        frames.insert(0, previous)
+    return target.thread_state(frames[0]), frames
+
+
+def capture(target: FakeTarget, info: ThreadStateInfo, reader: ScatterReader | None = None):
+    reader = reader or ScatterReader(1, capacity=4 << 20)
+    if target.runtime == 0:
+        target.runtime = target.alloc(2048)  # _PyRuntime: where <=3.11 keep the GIL holder
+    copier = ChainCopier(target.layout, runtime=target.runtime)
+    reader.begin(reader.plan)
+    return copier.copy(reader, TID, TID, info)
+
+
+def decode(target: FakeTarget, stack, codes: CodeCache | None = None):
+    codes = codes or CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
+    adaptive = target.layout.code.code_adaptive or 0
+    return decode_frames(stack, codes, target.layout.frame, adaptive), codes
+
+
+def names_of(codes: CodeCache, frames) -> list[str]:
+    return [codes.get(f.code).name.removeprefix("Q.") for f in frames if not f.shim]
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_intact_chain_decodes_completely(target):
+    info, _ = chain(target, ["c", "b", "a"])
+    stack, _wanted = capture(target, info)
+    assert stack.status is CaptureStatus.OK
+    (frames, cut), codes = decode(target, stack)
+    assert not cut
+    assert names_of(codes, frames) == ["c", "b", "a"]
+    lines = [codes.get(f.code).line(f.offset) for f in frames]
+    assert lines == [11, 21, 31]  # each table says "+1 line" for the instruction at position 1
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_looping_chain_is_truncated(target):
+    info, frames = chain(target, ["c", "b", "a"])
+    target.link(frames[2], frames[0])
+    stack, _ = capture(target, info)
+    assert stack.status is CaptureStatus.TRUNCATED_LOOP
+    (decoded, _cut), codes = decode(target, stack)
+    assert names_of(codes, decoded) == ["c", "b", "a"]
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize(
+    ("pointer", "status"),
+    [
+        (UNMAPPED, CaptureStatus.TRUNCATED_UNREADABLE),
+        (HEAP + 3, CaptureStatus.TRUNCATED_BAD_POINTER),
+        (1 << 60, CaptureStatus.TRUNCATED_BAD_POINTER),
+        (HEAP + HEAP_SIZE - 8, CaptureStatus.TRUNCATED_UNREADABLE),  # a frame running off the mapping
+    ],
+)
+def test_bad_frame_pointer_is_truncated(target, pointer, status):
+    info, frames = chain(target, ["c", "b", "a"])
+    target.link(frames[1], pointer)
+    stack, _ = capture(target, info)
+    assert stack.status is status
+    (decoded, cut), codes = decode(target, stack)
+    assert names_of(codes, decoded) == ["c", "b"] and not cut
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize("garbage", ["not-code", "unmapped", "odd"])
+def test_garbage_code_pointer_truncates_the_decode(target, garbage):
+    info, frames = chain(target, ["c", "b", "a"])
+    bad = {"not-code": target.string("a str, not a code object"), "unmapped": UNMAPPED, "odd": HEAP + 1}[garbage]
+    target.put(frames[1] + target.layout.frame.code, "Q", bad)
+    stack, _ = capture(target, info)
+    (decoded, cut), codes = decode(target, stack)
+    assert cut
+    assert names_of(codes, decoded) == ["c"]
+
+
+@pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
+def test_endless_chain_stops_at_the_depth_bound(target):
+    code = target.code("deep", 1)
+    previous = 0
+    for _ in range(MAX_FRAMES + 10):
+        previous = target.frame(code, previous)
+    stack, _ = capture(target, target.thread_state(previous))
+    assert stack.status is CaptureStatus.TRUNCATED_DEPTH
+    assert len(stack.frames) == MAX_FRAMES
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_second_capture_is_one_syscall(target):
+    info, _ = chain(target, ["e", "d", "c", "b", "a"])
+    reader = ScatterReader(1, capacity=4 << 20)
+    _stack, wanted = capture(target, info, reader)
+    assert wanted is not None
+    reader.plan = build_plan(*wanted)
+    target.syscalls = 0
+    stack, wanted = capture(target, info, reader)
+    assert target.syscalls == 1 and wanted is None
+    (decoded, _), codes = decode(target, stack)
+    assert names_of(codes, decoded) == ["e", "d", "c", "b", "a"]
+
+
+@pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 12)], id="3.12")], indirect=True)
+def test_shims_mark_the_frame_newer_than_them_3_12(target):
+    # innermost first: SHIM (an activation with no frame yet), h, SHIM, g, f, SHIM: the outer activation
+    # started with f and ran g inline; C code called back into Python for h
+    f = target.frame(target.code("f", 1), 0)
+    outer_shim = target.frame(0, 0, owner=OWNER_CSTACK)
+    target.link(f, outer_shim)
+    g = target.frame(target.code("g", 2), f)
+    mid_shim = target.frame(0, g, owner=OWNER_CSTACK)
+    h = target.frame(target.code("h", 3), mid_shim)
+    lead_shim = target.frame(0, h, owner=OWNER_CSTACK)
+    stack, _ = capture(target, target.thread_state(lead_shim))
+    (frames, cut), codes = decode(target, stack)
+    assert not cut
+    assert [(f.shim, f.entry) for f in frames] == [
+        (True, True),  # leading shim: its activation's only frame
+        (False, True),  # h: first frame of its activation
+        (True, False),
+        (False, False),  # g: called inline by f
+        (False, True),  # f: first frame of the outer activation
+        (True, False),
+    ]
+    assert all(f.code == SHIM_KEY for f in frames if f.shim)
+    assert names_of(codes, frames) == ["h", "g", "f"]
+
+
+@pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 11)], id="3.11")], indirect=True)
+def test_is_entry_3_11(target):
+    a = target.frame(target.code("a", 1), 0, is_entry=1)
+    b = target.frame(target.code("b", 2), a, is_entry=0)
+    c = target.frame(target.code("c", 3), b, is_entry=1)
+    stack, _ = capture(target, target.thread_state(c))
+    (frames, _), _codes = decode(target, stack)
+    assert [f.entry for f in frames] == [True, False, True]
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_reused_code_address_gets_a_new_key(target):
+    info, frames = chain(target, ["c", "b", "a"])
+    stack, _ = capture(target, info)
+    (first, _), codes = decode(target, stack)
+    # the code object of "b" is freed and a different function is born at the same address
+    c = target.layout.code
+    code_b = stack.frames[1][1]
+    target.put(code_b + c.name, "Q", target.string("reborn"))
+    if c.qualname is not None:
+        target.put(code_b + c.qualname, "Q", target.string("Q.reborn"))
+    target.put(code_b + c.firstlineno, "i", 77)
+    if c.version is not None:
+        target.put(code_b + c.version, "I", 999)
+    again, _ = capture(target, info)
+    (second, _), _ = decode(target, again, codes)
+    assert names_of(codes, second) == ["c", "reborn", "a"]
+    assert second[1].code != first[1].code and second[1].code & ((1 << 48) - 1) == code_b
+    assert codes.get(first[1].code).name.endswith("b")  # the old key still describes the old function
+    assert [f.code for f in second[::2]] == [f.code for f in first[::2]]
+    assert codes.stats.reused_addresses == 1
+
+
+@pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
+def test_code_freed_before_decode_is_unknown(target):
+    info, _ = chain(target, ["c", "b", "a"])
+    stack, _ = capture(target, info)
+    code_b = stack.frames[1][1]
+    target.put(code_b, "Q", HEAP + 0x1000)  # pymalloc's free() stores the free-list link over ob_refcnt
+    (frames, cut), codes = decode(target, stack)
+    assert not cut and frames[1].code == UNKNOWN_KEY
+    assert codes.stats.unreadable == 1
+
+
+def test_plan_coalesces_near_ranges_and_keeps_fixed_reads_first():
+    fixed = [(0x9000_0000, 168)]
+    rest = [(0x1000_0100, 72), (0x1000_0000, 72), (0x1000_0000, 144), (0x1000_1100, 72), (0x3000_0000, 144)]
+    plan = build_plan(fixed, rest)
+    ranges = [(plan.remote[2 * i], plan.remote[2 * i + 1]) for i in range(plan.count)]
+    # gaps below a page merge (0x148 .. 0x1100), a far range does not
+    assert ranges == [(0x9000_0000, 168), (0x1000_0000, 0x1100 + 72), (0x3000_0000, 144)]
+    offset, size, index = plan.where[0x1000_0100]
+    assert (offset, size, index) == (168 + 0x100, 72, 1)
+    assert plan.where[0x1000_0000][1] == 144
+
+
+@pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
+def test_reader_recovers_from_a_plan_that_hits_unmapped_memory(target):
+    info, frames = chain(target, ["c", "b", "a"])
+    reader = ScatterReader(1, capacity=4 << 20)
+    _stack, wanted = capture(target, info, reader)
+    fixed, rest = wanted
+    reader.plan = build_plan(fixed, [(UNMAPPED, 64), *rest])  # a planned range that is gone now
+    stack, _ = capture(target, info, reader)
+    assert stack.status is CaptureStatus.OK and len(stack.frames) == 3
+    assert reader.done < reader.plan.count
+
+
+def test_iovec_layout_matches_the_kernel_abi():
+    assert ctypes.sizeof(iovec) == 16
+
+
+def _interpreter_with_threads(target: FakeTarget, count: int) -> tuple[int, list[int]]:
+    """_PyRuntime -> one interpreter -> ``count`` thread states (newest first); returns (runtime, tstates)."""
+    layout = target.layout
+    runtime = target.alloc(2048)
+    interp = target.alloc(max(layout.interpreter.threads_head, layout.interpreter.next) + 16)
+    target.put(runtime + layout.runtime.interpreters_head, "Q", interp)
+    tstates = [target.alloc(layout.thread.size) for _ in range(count)]
+    for i, tstate in enumerate(tstates):
+        nxt = tstates[i + 1] if i + 1 < count else 0
+        target.put(tstate + layout.thread.next, "Q", nxt)
+        target.put(tstate + layout.thread.interp, "Q", interp)
+        target.put(tstate + layout.thread.thread_id, "Q", 0x7F00_0000_0000 + i)
+        if layout.thread.native_thread_id is not None:
+            target.put(tstate + layout.thread.native_thread_id, "Q", 1000 + i)
+    target.put(interp + layout.interpreter.threads_head, "Q", tstates[0])
+    return runtime, tstates
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_thread_walk_maps_every_thread(target):
+    runtime, tstates = _interpreter_with_threads(target, 5)
+    found = walk_thread_states(target.read, runtime, target.layout)
+    assert found.complete and [s.addr for s in found.states] == tstates
+    native = target.layout.thread.native_thread_id is not None
+    keys = [1000 + i if native else 0x7F00_0000_0000 + i for i in range(5)]
+    assert [found.by_key[k].addr for k in keys] == tstates
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize("damage", ["loop", "foreign", "unmapped"])
+def test_damaged_thread_list_is_cut_not_followed(target, damage):
+    runtime, tstates = _interpreter_with_threads(target, 4)
+    t = target.layout.thread
+    if damage == "loop":
+        target.put(tstates[3] + t.next, "Q", tstates[1])
+    elif damage == "foreign":
+        target.put(tstates[2] + t.interp, "Q", HEAP + 8)  # freed and reused while we walked
+    else:
+        target.put(tstates[1] + t.next, "Q", UNMAPPED)
+    found = walk_thread_states(target.read, runtime, target.layout)
+    assert not found.complete
+    expected = {"loop": 4, "foreign": 2, "unmapped": 2}[damage]
+    assert [s.addr for s in found.states] == tstates[:expected]

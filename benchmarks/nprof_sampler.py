@@ -22,7 +22,7 @@ from profiler.target.tracer import Capture
 class CaptureOnlySampler(Sampler):
     """Keeps the per-thread bookkeeping of a capture and skips unwinding and interning."""
 
-    def _record(self, capture: Capture) -> None:
+    def record(self, capture: Capture) -> None:
         state = self._state(capture.thread)
         state.last_run_time = state.run_time_at_stop
         state.last_stack = -1  # "known", so idle threads are reused as in a real recording

@@ -164,3 +164,4 @@ class FrameInfo:
     line: int | None = None
     module: str | None = None  #: short module name, e.g. "libc.so.6" or "python3.12"
     inlined: bool = False  #: an inlined function expanded from its caller's address
+    interpreter: bool = False  #: a runtime's own glue between its eval loop and C calls (--hide-interpreter)

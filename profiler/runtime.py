@@ -39,6 +39,19 @@ class AgentSession(Protocol):
         """Name, file and line of a runtime frame; called once per unique frame, at export."""
 
 
+#: Optional ``AgentSession`` methods the engine uses when an agent has them:
+#:
+#: * ``refresh()``: between ticks, never while a thread is stopped (re-read thread lists...).
+#: * ``holds_gil(capture) -> bool | None``: the thread held the runtime's global lock at the stop.
+#: * ``is_gil_wait(frame) -> bool``: a native frame of the runtime's lock wait (CPython's ``take_gil``).
+#: * ``is_interpreter_frame(frame) -> bool``: the interpreter's own glue between its eval loop and a C call,
+#:   hidden by ``--hide-interpreter``.
+#: * ``thread_name(tid, fs_base) -> str | None``: the runtime's name for a thread.
+#: * ``locals(capture) -> list[list[tuple[str, str]]]``: per runtime frame, (name, value text) pairs; called
+#:   while the thread is still stopped (``nprof dump --locals``).
+OPTIONAL_SESSION_METHODS = ("refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name", "locals")
+
+
 class Agent(Protocol):
     """A factory that recognises its runtime in a process."""
 

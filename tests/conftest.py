@@ -97,3 +97,10 @@ def signals_fp(build_dir) -> str:
 @pytest.fixture(scope="session")
 def forker_fp(build_dir) -> str:
     return build_c("forker.c", build_dir, FRAME_POINTERS, name="forker-fp")
+
+
+@pytest.fixture(scope="session")
+def callback_lib(build_dir) -> str:
+    """tests/targets/callback_lib.c as a shared library, without frame pointers."""
+    return build_c("callback_lib.c", build_dir, ("-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"),
+                   name="callback_lib.so")  # fmt: skip

@@ -12,20 +12,18 @@ import traceback
 from collections.abc import Sequence
 
 from profiler import __version__
-from profiler.cli import record, report
+from profiler.cli import dump, record, report
 from profiler.errors import NprofError
+from profiler.binary.objfile import ObjectFileCache
 from profiler.runtime import Agent
 
 
-def default_agents() -> list[Agent]:
-    """The managed-runtime agents wired in by default (the engine itself never imports one)."""
-    agents: list[Agent] = []
-    try:
-        from agents.cpython import CPythonAgent
-    except ImportError:
-        return agents
-    agents.append(CPythonAgent())
-    return agents
+def default_agents(objects: ObjectFileCache) -> list[Agent]:
+    """The managed-runtime agents wired in by default (the engine itself never imports one); they share
+    the engine's parsed ELF files."""
+    from agents.cpython import CPythonAgent
+
+    return [CPythonAgent(objects)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         "`nprof record -o out.speedscope.json -- ./app --flag`.",
     )
     record.add_arguments(p)
+    p = sub.add_parser("dump", help="print every thread's current stack (Python and native), now")
+    dump.add_arguments(p)
     p = sub.add_parser("report", help="render a saved .nprof session in another format")
     report.add_arguments(p)
     p = sub.add_parser("demo", help="build and record the bundled demo program")
@@ -64,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.subcommand == "record":
-            return record.run(args, default_agents())
+            return record.run(args, default_agents)
+        if args.subcommand == "dump":
+            return dump.run(args, default_agents)
         if args.subcommand == "report":
             return report.run(args)
         if args.subcommand == "demo":

@@ -14,9 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from profiler.atomic import check_writable
+from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_count, top_table
 from profiler.config import CapturePriority, ExportConfig, SamplerConfig
 from profiler.errors import NoSuchProcess, OutputError, TargetError, UsageError
@@ -41,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="copy and unwind native stacks (default on); --no-native samples managed frames only",
     )  # fmt: skip
     p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
+    p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
+    p.add_argument(
+        "--hide-interpreter", action="store_true",
+        help="hide the interpreter's own frames between its eval loop and C calls (kept by default)",
+    )  # fmt: skip
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
     p.add_argument(
         "--subprocesses", action="store_true",
@@ -80,7 +86,9 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
 
 
 def export_config(args: argparse.Namespace) -> ExportConfig:
-    return ExportConfig(idle=args.idle, threads=args.threads)
+    return ExportConfig(
+        idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter
+    )
 
 
 def session_path_for(output: str) -> str:
@@ -128,7 +136,10 @@ def spawn(command: Sequence[str]) -> subprocess.Popen:
         raise UsageError(f"Command not executable: {command[0]}.", "Check its permissions.") from None
 
 
-def run(args: argparse.Namespace, agents: Sequence[Agent] = ()) -> int:
+AgentFactory = Callable[[ObjectFileCache], Sequence[Agent]]
+
+
+def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: ()) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -154,7 +165,11 @@ def run(args: argparse.Namespace, agents: Sequence[Agent] = ()) -> int:
         check_writable(output)
     session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
                                   stack_bytes=config.stack_bytes, native=config.native))  # fmt: skip
-    sampler = Sampler(session, config, agents=agents, notice=lambda m: print(f"nprof: {m}", file=sys.stderr))
+    objects = ObjectFileCache()
+    sampler = Sampler(
+        session, config, objects=objects, agents=agent_factory(objects),
+        notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
+    )  # fmt: skip
     try:
         sampler.add_process(pid)
     except NoSuchProcess:

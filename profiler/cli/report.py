@@ -19,10 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--format", help="output format: speedscope, folded or nprof")
     p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
+    p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
+    p.add_argument("--hide-interpreter", action="store_true", help="hide the interpreter's own frames")
 
 
 def run(args: argparse.Namespace) -> int:
-    config = ExportConfig(idle=args.idle, threads=args.threads)
+    config = ExportConfig(idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter)
     exporter = None
     if args.output is not None:
         exporter = infer_format(args.output, args.format)

@@ -74,6 +74,7 @@ class ThreadState:
     """The sampler's memory of one thread between ticks."""
 
     index: int  #: the session's thread index
+    fs_base: int = 0  #: the thread pointer: how a runtime before CPython 3.11 knows its threads
     last_run_time: int = -1
     run_time_at_stop: int = -1
     last_stack: int | None = None
@@ -221,10 +222,10 @@ class Sampler:
             self.config.capture_priority is CapturePriority.AUTO and len(due) > self._ncpu
         )
         captures = self.tracer.capture(
-            due, copy_stack=self.config.native, agent_capture=self._agent_capture, fifo=fifo
+            due, copy_stack=self.config.native, agent_capture=self.agent_capture, fifo=fifo
         )
         for capture in captures:
-            self._record(capture)
+            self.record(capture)
             self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
         return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
 
@@ -259,7 +260,8 @@ class Sampler:
         state.run_time_at_stop = run_time
         return False
 
-    def _agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
+    def agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
+        """The tracer's hook while a thread is stopped: the agent of its process copies what it needs."""
         target = self.targets.get(record.pid)
         if target is None or target.agent is None:
             return None
@@ -271,12 +273,14 @@ class Sampler:
 
     # --- after resume: unwind, merge, intern ---------------------------------------------------------------
 
-    def _record(self, capture: Capture) -> None:
+    def record(self, capture: Capture) -> None:
+        """Unwind, merge, classify and count one capture; the thread is running again by now."""
         record = capture.thread
         target = self.targets[record.pid]
         state = self._state(record)
         state.last_run_time = state.run_time_at_stop
         r = capture.slot.regs
+        state.fs_base = r.fs_base
         regs = [r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp,
                 r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip]  # fmt: skip
         assert len(regs) == NUM_DWARF_REGS
@@ -291,10 +295,25 @@ class Sampler:
             unwound = target.unwinder.unwind(regs, window)
             native, stop = unwound.frames, unwound.stop
         runtime = self._runtime_frames(target, capture)
+        if runtime:
+            cls = self._runtime_class(target, capture, native, cls)
         keys = self._keys(target, native, runtime, stop)
         sid = self.session.intern_stack(keys)
         state.last_stack, state.last_stop = sid, stop
         self.session.add_sample(state.index, sid, stop, cls)
+
+    @staticmethod
+    def _runtime_class(target: Target, capture: Capture, native: list[NativeFrame], cls: SampleClass) -> SampleClass:
+        """GIL_WAIT when the native stack is inside the runtime's lock wait (``take_gil``), GIL_HELD for the
+        lock's holder; the kernel's view (running or blocked) otherwise."""
+        agent = target.agent
+        is_gil_wait = getattr(agent, "is_gil_wait", None)
+        if is_gil_wait is not None and any(is_gil_wait(f) for f in native):
+            return SampleClass.GIL_WAIT
+        holds_gil = getattr(agent, "holds_gil", None)
+        if holds_gil is not None and holds_gil(capture.agent_data):
+            return SampleClass.GIL_HELD
+        return cls
 
     def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
         if target.agent is None or capture.agent_data is None:
@@ -308,14 +327,16 @@ class Sampler:
     def _keys(
         self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
     ) -> tuple[tuple[int, int, int, int], ...]:
+        ai = target.agent_index
         if not runtime:
             return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native)
+        if not self.config.native:  # --no-native: the runtime's frames alone, nothing to merge with
+            return tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)
         agent = target.agent
         anchors = [agent.is_anchor(f) for f in native] if agent is not None else [False] * len(native)
         frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK)
         if outcome not in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME):
             self.session.count(f"merge_{outcome.name.lower()}")
-        ai = target.agent_index
         return tuple(
             (FrameKind.NATIVE, f.module, f.rel, 0)
             if isinstance(f, NativeFrame)
@@ -346,13 +367,28 @@ class Sampler:
 
     # --- the end ----------------------------------------------------------------------------------------
 
+    def _thread_name(self, target: Target, record: ThreadRecord, state: ThreadState) -> str:
+        """The kernel's name (comm), with the runtime's name for the thread where it has one."""
+        comm = read_comm(record.pid, record.tid) or record.name
+        runtime_name = None
+        thread_name = getattr(target.agent, "thread_name", None)
+        if thread_name is not None:
+            try:
+                runtime_name = thread_name(record.tid, state.fs_base)
+            except Exception:
+                self.session.count("agent_name_errors")
+        if runtime_name and runtime_name != comm:
+            return f"{runtime_name} ({comm})"
+        return comm
+
     def close(self) -> None:
         """Detach from everything, record exit statuses, thread names and counters."""
         for target in self.targets.values():
             for record in self.tracer.sync_threads(target.process.pid):
-                name = read_comm(record.pid, record.tid)
-                if record.key in self.threads and name:
-                    self.session.rename_thread(self.threads[record.key].index, name)
+                state = self.threads.get(record.key)
+                if state is not None:
+                    name = self._thread_name(target, record, state)
+                    self.session.rename_thread(state.index, name)
         stuck = self.tracer.detach_all()
         if stuck:
             self.session.count("threads_not_detached", len(stuck))

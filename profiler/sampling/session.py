@@ -146,7 +146,7 @@ class Session:
             "counters": self.counters,
             "frame_info": None
             if self.frame_info is None
-            else [[f.name, f.file, f.line, f.module, f.inlined] for f in self.frame_info],
+            else [[f.name, f.file, f.line, f.module, f.inlined, f.interpreter] for f in self.frame_info],
         }
         arrays = {f"frames_{k}": v for k, v in self.frames.columns().items()}
         arrays.update({f"stacks_{k}": v for k, v in self.stacks.columns().items()})

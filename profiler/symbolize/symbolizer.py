@@ -8,15 +8,23 @@ hand (``addr2line -e module 0xoffset``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from collections.abc import Mapping
 
 from profiler.binary.objfile import ObjectFile
-from profiler.model import FrameInfo, FrameKind, Module, RuntimeFrame
+from profiler.model import FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
 from profiler.runtime import AgentSession
 from profiler.sampling.session import Session
 from profiler.symbolize.demangle import demangle
+
+
+def unversioned(name: str) -> str:
+    """``__libc_start_main@@GLIBC_2.34`` -> ``__libc_start_main``: .symtab keeps GNU symbol-version
+    suffixes ("@" or "@@" then the version node), which are not part of the function's name."""
+    at = name.find("@")
+    return name[:at] if at > 0 else name
 
 
 def module_label(module: Module | None) -> str:
@@ -56,12 +64,38 @@ def symbolize(
         hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(fids)
         for fid, rel, hit in zip(fids, rels.tolist(), hits):
             if hit is not None:
-                out[fid] = FrameInfo(demangle(hit[0]), module=label)
+                out[fid] = FrameInfo(demangle(unversioned(hit[0])), module=label)
             elif module is None:
                 out[fid] = FrameInfo(f"0x{rel:x}")
             else:
                 out[fid] = FrameInfo(f"{label}+0x{rel:x}", module=label)
-    return [f if f is not None else FrameInfo("[?]") for f in out]
+    infos = [f if f is not None else FrameInfo("[?]") for f in out]
+    _mark_interpreter_frames(session, infos, agents or {}, kinds, modules, addresses)
+    return infos
+
+
+def _mark_interpreter_frames(
+    session: Session,
+    infos: list[FrameInfo],
+    agents: Mapping[str, AgentSession],
+    kinds: object,
+    modules: object,
+    addresses: object,
+) -> None:
+    """Flag the native frames an agent calls its interpreter's own glue (for --hide-interpreter)."""
+    checks = [a.is_interpreter_frame for a in agents.values() if hasattr(a, "is_interpreter_frame")]
+    if not checks:
+        return
+    for fid, info in enumerate(infos):
+        if int(kinds[fid]) != FrameKind.NATIVE or info.interpreter:
+            continue
+        mid, rel = int(modules[fid]), int(addresses[fid])
+        if not 0 <= mid < len(session.modules):
+            continue
+        avma = rel + session.modules[mid].bias
+        frame = NativeFrame(mid, rel, avma, UnwindMethod.IP)
+        if any(check(frame) for check in checks):
+            infos[fid] = dataclasses.replace(info, interpreter=True)
 
 
 def _runtime_info(

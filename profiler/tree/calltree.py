@@ -38,21 +38,8 @@ def frame_filter(session: Session, config: ExportConfig) -> Callable[[int], bool
     info = session.frame_info or []
     if not config.hide_interpreter:
         return lambda fid: True
-    hidden = {fid for fid, f in enumerate(info) if is_interpreter_frame(f)}
+    hidden = {fid for fid, f in enumerate(info) if f.interpreter}
     return lambda fid: fid not in hidden
-
-
-#: the interpreter's own frames between its eval loop and a C call (cpython-internals.md section 4.2:
-#: pystack's IGNORE class); hidden by --hide-interpreter, kept by default
-_INTERPRETER_PREFIXES = ("_PyEval_", "PyEval_", "_PyObject_", "PyObject_Call", "_PyFunction_", "method_vectorcall")
-_INTERPRETER_WORDS = ("Vectorcall", "vectorcall", "cfunction_call", "slot_tp_call", "type_call", "call_function")
-
-
-def is_interpreter_frame(frame: FrameInfo) -> bool:
-    if frame.module is None or "python" not in frame.module:
-        return False
-    name = frame.name
-    return name.startswith(_INTERPRETER_PREFIXES) or any(w in name for w in _INTERPRETER_WORDS)
 
 
 def stack_frames(session: Session, sid: int, keep: Callable[[int], bool]) -> list[int]:

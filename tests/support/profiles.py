@@ -11,19 +11,28 @@ from dataclasses import dataclass
 class ThreadProfile:
     name: str
     stacks: Counter  #: tuple of frame names, root first -> weight
+    detailed: Counter  #: tuple of (name, file, line) frames, root first -> weight
 
 
 def read_speedscope(path: str) -> list[ThreadProfile]:
     with open(path) as f:
         doc = json.load(f)
-    names = [frame["name"] for frame in doc["shared"]["frames"]]
+    frames = [(f["name"], f.get("file"), f.get("line")) for f in doc["shared"]["frames"]]
     out = []
     for profile in doc["profiles"]:
         stacks: Counter = Counter()
+        detailed: Counter = Counter()
         for sample, weight in zip(profile["samples"], profile["weights"]):
-            stacks[tuple(names[i] for i in sample)] += weight
-        out.append(ThreadProfile(profile["name"], stacks))
+            stacks[tuple(frames[i][0] for i in sample)] += weight
+            detailed[tuple(frames[i] for i in sample)] += weight
+        out.append(ThreadProfile(profile["name"], stacks, detailed))
     return out
+
+
+def subsequence(stack: tuple[str, ...], chain: tuple[str, ...]) -> bool:
+    """``chain`` appears in ``stack`` in order (other frames may sit between its elements)."""
+    it = iter(stack)
+    return all(any(frame == wanted for frame in it) for wanted in chain)
 
 
 def share(stacks: Counter, predicate) -> tuple[float, float]:

@@ -1,0 +1,166 @@
+"""``nprof dump --pid PID``: every thread's current interleaved stack, printed now.
+
+All threads are stopped together (``Tracer.hold``) for one consistent snapshot: registers, stacks, the
+runtime's frame chains and, with ``--locals``, the Python frames' local variables are read while the
+process is paused, then every thread is resumed and the copies are unwound and named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from profiler.binary.objfile import ObjectFileCache
+from profiler.config import SamplerConfig
+from profiler.model import FrameInfo, FrameKind, SampleClass
+from profiler.runtime import Agent
+from profiler.sampling.sampler import Sampler
+from profiler.sampling.session import Session, SessionMeta
+from profiler.symbolize.symbolizer import resolve
+from profiler.target import procfs
+
+#: proc(5) state letters, as words
+STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
+               "Z": "zombie", "X": "dead", "I": "idle"}  # fmt: skip
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pid", "-p", type=int, required=True, help="the process to dump")
+    p.add_argument("--locals", action="store_true", help="show each Python frame's local variables")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument(
+        "--native", action=argparse.BooleanOptionalAction, default=True,
+        help="interleave native frames (default on); --no-native shows Python frames only",
+    )  # fmt: skip
+
+
+@dataclass
+class DumpFrame:
+    info: FrameInfo
+    python: bool
+    locals: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class DumpThread:
+    tid: int
+    name: str
+    state: str
+    holds_gil: bool | None
+    waiting_for_gil: bool
+    frames: list[DumpFrame]  #: innermost first
+
+
+def snapshot(
+    pid: int, native: bool, with_locals: bool, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]
+) -> tuple[Session, list[DumpThread]]:
+    session = Session(SessionMeta(pid=pid, command=procfs.read_cmdline(pid), rate=0.0))
+    objects = ObjectFileCache()
+    config = SamplerConfig(native=native, interrupt_sleeping=True)
+    sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
+                      notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
+    target = sampler.add_process(pid)
+    agent = target.agent
+    locals_of = getattr(agent, "locals", None) if with_locals else None
+    local_vars: dict[int, list[list[tuple[str, str]]]] = {}
+    try:
+        records = sampler.tracer.sync_threads(pid)
+        states = {r.tid: r.proc.state() or "?" for r in records}
+        with sampler.tracer.hold(records, copy_stack=native, agent_capture=sampler.agent_capture) as captures:
+            if locals_of is not None:
+                for c in captures:
+                    if c.agent_data is not None:
+                        local_vars[c.thread.tid] = locals_of(c.agent_data)
+        gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
+        for c in captures:
+            sampler.record(c)
+        sampler.close()
+    except BaseException:
+        sampler.tracer.detach_all()
+        raise
+    resolve(session, sampler.modules.objects, {agent.name: agent} if agent else {})
+    threads = []
+    info = session.frame_info or []
+    kinds = session.frames.kinds()
+    for (thread, stack, _stop, cls), _n in session.samples.items():
+        t = session.threads[thread]
+        frames: list[DumpFrame] = []
+        runtime_locals = local_vars.get(t.tid, [])
+        python_seen = 0
+        for fid in reversed(session.stacks.frames(stack)):
+            python = int(kinds[fid]) == FrameKind.RUNTIME
+            frame = DumpFrame(info[fid], python)
+            if python:
+                if python_seen < len(runtime_locals):
+                    frame.locals = runtime_locals[python_seen]
+                python_seen += 1
+            frames.append(frame)
+        threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
+                                  gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames))  # fmt: skip
+    threads.sort(key=lambda d: d.tid)
+    return session, threads
+
+
+def _holds_gil(agent: object, capture: object) -> bool | None:
+    holds = getattr(agent, "holds_gil", None)
+    return holds(capture) if holds is not None and capture is not None else None
+
+
+def render_text(session: Session, threads: list[DumpThread]) -> str:
+    lines = [f"Process {session.meta.pid}: {' '.join(session.meta.command)}"]
+    for t in threads:
+        flags = [t.state]
+        if t.holds_gil:
+            flags.append("holds the GIL")
+        elif t.waiting_for_gil:
+            flags.append("waiting for the GIL")
+        lines.append("")
+        lines.append(f"Thread {t.tid} ({t.name}) [{', '.join(flags)}]")
+        for f in t.frames:
+            where = f"({f.info.file}:{f.info.line})" if f.info.file and f.info.line else f"[{f.info.module}]"
+            lines.append(f"    {f.info.name} {where}")
+            for name, value in f.locals:
+                lines.append(f"        {name} = {value}")
+    return "\n".join(lines)
+
+
+def render_json(session: Session, threads: list[DumpThread]) -> bytes:
+    doc = {
+        "pid": session.meta.pid,
+        "command": session.meta.command,
+        "threads": [
+            {
+                "tid": t.tid,
+                "name": t.name,
+                "state": t.state,
+                "holds_gil": t.holds_gil,
+                "waiting_for_gil": t.waiting_for_gil,
+                "frames": [
+                    {
+                        "kind": "python" if f.python else "native",
+                        "name": f.info.name,
+                        "file": f.info.file,
+                        "line": f.info.line,
+                        "module": f.info.module,
+                        **({"locals": [{"name": n, "value": v} for n, v in f.locals]} if f.python else {}),
+                    }
+                    for f in t.frames
+                ],
+            }
+            for t in threads
+        ],
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+
+def run(args: argparse.Namespace, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]) -> int:
+    session, threads = snapshot(args.pid, args.native, args.locals, agent_factory)
+    if args.json:
+        sys.stdout.buffer.write(render_json(session, threads) + b"\n")
+    else:
+        print(render_text(session, threads))
+    return 0

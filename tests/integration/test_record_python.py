@@ -1,0 +1,144 @@
+"""`nprof record` and `nprof dump` on real CPython processes, every interpreter here (issue 4's tests).
+
+Python frames come from the interpreter's memory and are interleaved with the native frames at the eval
+loop, so the assertions look at both: the Python subsequence of a stack, and its order against C frames.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from profiler.model import FrameKind, SampleClass
+from profiler.sampling.session import Session
+from tests.support.profiles import ends_with, read_speedscope, share, subsequence
+from tests.support.targets import run_nprof, running_target
+from tests.targets.python.interpreters import TARGETS, interpreter_params
+
+INTERPRETERS = interpreter_params()
+
+
+def script(name: str) -> str:
+    return os.path.join(TARGETS, name)
+
+
+def marked_line(name: str, marker: str) -> int:
+    with open(script(name)) as f:
+        for number, text in enumerate(f, 1):
+            if f"# at:{marker}" in text:
+                return number
+    raise KeyError(marker)
+
+
+def record(pid: int, out: str, *extra: str, duration: str = "2") -> None:
+    result = run_nprof("record", "--pid", str(pid), "-d", duration, "-o", out, *extra)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def python_part(stack: tuple, path: str) -> tuple[str, ...]:
+    """Names of the frames of one script, root first."""
+    return tuple(name for name, file, _line in stack if file == path)
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_pure_python_chain(interp, tmp_path):
+    path = script("chain.py")
+    out = str(tmp_path / "chain.speedscope.json")
+    with running_target([interp.path, path], ready_at=2) as target:
+        record(target.pid, out)
+    [profile] = read_speedscope(out)
+    hot = marked_line("chain.py", "hot")
+    chain = ("<module>", "main", "outer", "middle", "inner")
+    exact, total = share(profile.detailed, lambda s: python_part(s, path) == chain)
+    assert exact / total >= 0.98, f"{exact}/{total} samples show exactly {chain}"
+    on_hot, in_inner = share(
+        {s: w for s, w in profile.detailed.items() if python_part(s, path)[-1:] == ("inner",)},
+        lambda s: [f for f in s if f[1] == path][-1][2] == hot,
+    )
+    assert on_hot / in_inner >= 0.9, f"the line of inner is the hot line {hot} in {on_hot}/{in_inner}"
+    # interleaving: the eval loop's native frames sit below the Python frames they run
+    assert any(n == "_PyEval_EvalFrameDefault" for s in profile.stacks for n in s)
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_ctypes_qsort_calls_back_into_python(interp, tmp_path):
+    path = script("callbacks.py")
+    out = str(tmp_path / "qsort.speedscope.json")
+    with running_target([interp.path, path, "qsort"], ready_at=2) as target:
+        record(target.pid, out)
+    [profile] = read_speedscope(out)
+    in_comparator = {s: w for s, w in profile.stacks.items() if "py_comparator" in s}
+    # glibc's qsort tail-calls qsort_r, so the frame on the stack is qsort_r's
+    order = ("py_caller", "ffi_call", "qsort_r", "msort_with_tmp", "py_comparator")
+    hit, total = share(in_comparator, lambda s: subsequence(tuple(n.split(".")[0] for n in s), order))
+    assert total > 0.5 * sum(profile.stacks.values())
+    assert hit / total >= 0.95, f"{hit}/{total} comparator samples read {' -> '.join(order)}"
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_c_library_calls_back_into_python(interp, callback_lib, tmp_path):
+    path = script("callbacks.py")
+    out = str(tmp_path / "lib.speedscope.json")
+    with running_target([interp.path, path, "lib", callback_lib], ready_at=2) as target:
+        record(target.pid, out)
+    [profile] = read_speedscope(out)
+    in_callback = {s: w for s, w in profile.stacks.items() if "py_callback" in s}
+    order = ("py_caller", "ffi_call", "c_iterate", "c_dispatch", "py_callback")
+    hit, total = share(in_callback, lambda s: subsequence(s, order))
+    assert total > 0 and hit / total >= 0.95, f"{hit}/{total} callback samples read {' -> '.join(order)}"
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_threads(interp, tmp_path):
+    path = script("threads.py")
+    out = str(tmp_path / "threads.speedscope.json")
+    idle_out = str(tmp_path / "idle.speedscope.json")
+    with running_target([interp.path, path], ready_at=2) as target:
+        record(target.pid, out)
+        record(target.pid, idle_out, "--idle")
+    profiles = {p.name: p for p in read_speedscope(out)}
+    for k in range(4):
+        [cpu] = [p for name, p in profiles.items() if f"cpu-{k}" in name]
+        chain = (f"worker_{k}", "worker", f"step_{k}", "spin")
+        exact, total = share(cpu.detailed, lambda s: ends_with(python_part(s, path), chain))
+        assert total > 0 and exact / total >= 0.95, f"cpu-{k}: {exact}/{total} samples in its chain"
+    assert not [n for n in profiles if "sleep-" in n or "lock-" in n], "idle threads hidden by default"
+    with_idle = {p.name: p for p in read_speedscope(idle_out)}
+    for name in ("sleep-0", "sleep-1", "lock-0", "lock-1"):
+        [p] = [prof for n, prof in with_idle.items() if name in n]
+        want = "sleeper" if name.startswith("sleep") else "blocked"
+        assert all(want in s for s in p.stacks), f"{name}: {list(p.stacks)[:2]}"
+    # no sample of a thread waiting for the GIL loses its Python frames
+    session = Session.load(str(tmp_path / "idle.nprof"))
+    kinds = session.frames.kinds()
+    waits = [(sid, n) for (_t, sid, _s, cls), n in session.samples.items() if cls == SampleClass.GIL_WAIT]
+    assert waits, "with four CPU-bound threads, some samples catch a thread waiting for the GIL"
+    for sid, _n in waits:
+        assert any(kinds[f] == FrameKind.RUNTIME for f in session.stacks.frames(sid))
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_dump_blocked_target(interp):
+    path = script("blocked.py")
+    with running_target([interp.path, path], ready_at=2) as target:
+        result = run_nprof("dump", "--pid", str(target.pid), "--locals", "--json")
+        text = run_nprof("dump", "--pid", str(target.pid))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    [thread] = doc["threads"]
+    python = [f for f in thread["frames"] if f["kind"] == "python"]
+    assert [f["name"] for f in python] == ["inner", "middle", "outer", "main", "<module>"]
+    for frame, marker in zip(python, ["inner", "middle", "outer", "main", "module"]):
+        assert frame["file"] == path and frame["line"] == marked_line("blocked.py", marker)
+    values = {v["name"]: v["value"] for v in python[0]["locals"]}
+    assert values["small"] == "42" and values["ratio"] == "2.5" and values["nothing"] == "None"
+    assert values["text"] == repr("caf\xe9 \u20ac \U0001f40d") and values["flag"] == "True"
+    assert values["items"] == "[1, 'two', 3.0, None]" and values["table"] == "{'a': 1, 'b': [2, 3]}"
+    assert values["thing"].startswith("<Opaque object at 0x")
+    assert thread["holds_gil"] is False and thread["state"] == "sleeping"
+    native = [f["name"] for f in thread["frames"] if f["kind"] == "native"]
+    assert "_PyEval_EvalFrameDefault" in native and native[-1] == "_start"
+    assert text.returncode == 0 and f"Thread {target.pid}" in text.stdout and "inner (" in text.stdout

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.support.targets import FRAME_POINTERS, build_c
+from tests.support.targets import FRAME_POINTERS, NO_FRAME_POINTERS, build_c
 
 
 def _children_of(pid: int) -> list[tuple[int, str, int]]:
@@ -104,3 +104,40 @@ def callback_lib(build_dir) -> str:
     """tests/targets/callback_lib.c as a shared library, without frame pointers."""
     return build_c("callback_lib.c", build_dir, ("-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"),
                    name="callback_lib.so")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def chain_nofp(build_dir) -> str:
+    """tests/targets/chain.c without frame pointers: only DWARF CFI can unwind it."""
+    return build_c("chain.c", build_dir, NO_FRAME_POINTERS, name="chain-nofp")
+
+
+@pytest.fixture(scope="session")
+def sort_cpp(build_dir) -> str:
+    return build_c("sort.cpp", build_dir, NO_FRAME_POINTERS, name="sort-cpp", cxx=True)
+
+
+@pytest.fixture(scope="session")
+def sighandler_nofp(build_dir) -> str:
+    return build_c("sighandler.c", build_dir, NO_FRAME_POINTERS, name="sighandler-nofp")
+
+
+@pytest.fixture(scope="session")
+def blocked_nofp(build_dir) -> str:
+    return build_c("blocked.c", build_dir, NO_FRAME_POINTERS, name="blocked-nofp")
+
+
+@pytest.fixture(scope="session")
+def rust_chain(build_dir) -> str:
+    """tests/targets/rust_chain, a release build (no frame pointers on x86-64), built offline: no crates."""
+    import shutil
+    import subprocess
+
+    cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+    if not os.path.exists(cargo):
+        pytest.skip("cargo is not installed")
+    src = os.path.join(build_dir, "rust_chain")
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "targets", "rust_chain"), src)
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(build_dir, "rust-target"))
+    subprocess.run([cargo, "build", "--release", "--offline", "-q"], cwd=src, env=env, check=True)
+    return os.path.join(build_dir, "rust-target", "release", "rust_chain")

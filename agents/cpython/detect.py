@@ -135,7 +135,7 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
     if "d" in flags or "t" in flags:
         kind = "debug" if "d" in flags else "free-threaded"
         raise DetectError(f"{label} is a {kind} build, whose object layout nprof does not read")
-    bias = obj.elf.bias_for(mapping.start, mapping.offset)
+    bias = obj.elf.bias_for(mapping.start, mapping.offset, mapping.executable)
     if bias is None:
         raise DetectError(f"cannot place {mapping.path} in memory (no PT_LOAD covers its mapping)")
     runtime = svma + bias

@@ -203,17 +203,27 @@ class ElfFile:
 
     # --- placement --------------------------------------------------------------------------------------
 
-    def bias_for(self, map_start: int, map_offset: int) -> int | None:
+    def bias_for(self, map_start: int, map_offset: int, executable: bool | None = None) -> int | None:
         """Load bias (avma - svma) of a mapping that maps this file from ``map_offset`` at ``map_start``.
 
         The mapping's file offset falls inside one PT_LOAD segment's file range; file offset ``o`` of that
-        segment is stated address ``p_vaddr + (o - p_offset)``.
+        segment is stated address ``p_vaddr + (o - p_offset)``. Two segments can share a file page
+        (lld and rustc lay out ``R`` then ``R E`` with p_offset != p_vaddr mod the page size), so the
+        segment must also match the mapping's permissions: an executable mapping maps the executable
+        segment.
         """
+        candidates = []
         for seg in self.load_segments:
             page_offset = seg.p_offset & ~0xFFF
             if page_offset <= map_offset < seg.p_offset + max(seg.p_filesz, 1):
-                return map_start - map_offset + seg.p_offset - seg.p_vaddr
-        return None
+                exact = page_offset == map_offset
+                same_kind = executable is None or seg.executable == executable
+                candidates.append((same_kind, exact, seg))
+        if not candidates:
+            return None
+        candidates.sort(key=lambda c: (not c[0], not c[1]))
+        seg = candidates[0][2]
+        return map_start - map_offset + seg.p_offset - seg.p_vaddr
 
     def executable_ranges(self) -> list[tuple[int, int]]:
         """svma ranges of executable PT_LOAD segments."""

@@ -22,6 +22,7 @@ import threading
 
 from profiler.binary.cache import TableCache, cache_key
 from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save_unwind_table
+from profiler.binary.cfi.load import NO_CFI
 from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
 from profiler.binary.prologue import FrameState, FunctionLayout
@@ -142,6 +143,17 @@ class ObjectFile:
             if debug is not None:
                 rule = debug.rule_for(svma)
         return rule
+
+    def unwind_problems(self) -> tuple[int, list[str]]:
+        """Corrupt or unusable CFI met in this file so far: (count, the first messages). Frames in the
+        affected ranges were unwound with frame pointers instead."""
+        messages = [n for n in self.unwind_notes if not n.endswith(NO_CFI)]
+        count = len(messages)
+        for table in (self._unwind_table, self._debug_unwind_table):
+            if table is not None and table.stats.bad_fdes:
+                count += table.stats.bad_fdes
+                messages.extend(table.stats.errors)
+        return count, messages
 
     def save_unwind_table(self) -> bool:
         """Store the FDEs decoded so far in the disk cache (call at the end of a recording)."""

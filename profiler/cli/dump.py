@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class DumpFrame:
     info: FrameInfo
     python: bool
+    address: int | None = None  #: native frames: the pc looked up (return address - 1 for callers)
     locals: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -93,7 +94,7 @@ def snapshot(
         python_seen = 0
         for fid in reversed(session.stacks.frames(stack)):
             python = int(kinds[fid]) == FrameKind.RUNTIME
-            frame = DumpFrame(info[fid], python)
+            frame = DumpFrame(info[fid], python, None if python else _avma(session, fid))
             if python:
                 if python_seen < len(runtime_locals):
                     frame.locals = runtime_locals[python_seen]
@@ -103,6 +104,13 @@ def snapshot(
                                   gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames))  # fmt: skip
     threads.sort(key=lambda d: d.tid)
     return session, threads
+
+
+def _avma(session: Session, fid: int) -> int | None:
+    _kind, module, rel, _offset = session.frames.key(fid)
+    if 0 <= module < len(session.modules):
+        return rel + session.modules[module].bias
+    return rel if module == -1 else None
 
 
 def _holds_gil(agent: object, capture: object) -> bool | None:
@@ -146,6 +154,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
                         "file": f.info.file,
                         "line": f.info.line,
                         "module": f.info.module,
+                        **({} if f.python else {"address": f"0x{f.address:x}" if f.address is not None else None}),
                         **({"locals": [{"name": n, "value": v} for n, v in f.locals]} if f.python else {}),
                     }
                     for f in t.frames

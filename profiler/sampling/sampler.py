@@ -367,6 +367,18 @@ class Sampler:
 
     # --- the end ----------------------------------------------------------------------------------------
 
+    def _report_unwind_problems(self) -> None:
+        """One counted warning per module whose CFI was (partly) corrupt; frame pointers were used there."""
+        for obj in self.modules.objects.values():
+            count, messages = obj.unwind_problems()
+            if count:
+                self.session.count("modules_with_bad_cfi")
+                self.session.count("bad_cfi_entries", count)
+                self._notice(
+                    f"{obj.path}: {count} corrupt unwind entr{'y' if count == 1 else 'ies'} "
+                    f"({messages[0] if messages else 'see the session counters'}); frame pointers used there"
+                )
+
     def _thread_name(self, target: Target, record: ThreadRecord, state: ThreadState) -> str:
         """The kernel's name (comm), with the runtime's name for the thread where it has one."""
         comm = read_comm(record.pid, record.tid) or record.name
@@ -402,6 +414,7 @@ class Sampler:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
+        self._report_unwind_problems()
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
         self.session.modules = list(self.modules.modules)

@@ -126,7 +126,7 @@ class AddressSpace:
         obj = self._open(m)
         bias = m.start - m.offset  # right for any file mapped without gaps; refined from PT_LOAD below
         if obj is not None:
-            refined = obj.elf.bias_for(m.start, m.offset)
+            refined = obj.elf.bias_for(m.start, m.offset, m.executable)
             if refined is not None:
                 bias = refined
         display = m.path.removesuffix(" (deleted)")

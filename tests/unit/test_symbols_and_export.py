@@ -112,3 +112,15 @@ def test_unknown_format():
         infer_format("out.xyz", None)
     with pytest.raises(UsageError, match="Unknown output format"):
         infer_format("out.json", "svgz")
+
+
+def test_bias_when_two_segments_share_a_file_page():
+    """rustc/lld layout: R at offset 0 (vaddr 0), R E at offset 0x13390 (vaddr 0x14390): file page 0x13000
+    holds the end of one and the start of the other; an executable mapping of it maps the R E segment."""
+    from profiler.binary.elf import LoadSegment
+
+    elf = ElfFile.__new__(ElfFile)
+    elf.load_segments = [LoadSegment(0, 0, 0x13390, 0x13390, 4), LoadSegment(0x13390, 0x14390, 0x3DB90, 0x3DB90, 5)]
+    base = 0x5555_5555_4000
+    assert elf.bias_for(base + 0x14000, 0x13000, executable=True) == base
+    assert elf.bias_for(base, 0, executable=False) == base

@@ -22,6 +22,9 @@ from profiler.binary.cfi.table import CfiSource, UnwindTable
 from profiler.binary.elf import ElfFile
 from profiler.errors import BinaryError
 
+#: the note of a file that simply has no CFI: not a problem to warn about (frame pointers are used)
+NO_CFI = "no .eh_frame or .debug_frame"
+
 
 def load_unwind_table(
     elf: ElfFile, cache: TableCache | None, key: str | None
@@ -29,7 +32,7 @@ def load_unwind_table(
     """The table of ``elf`` (None if it has no usable CFI) and notes on what was left out and why."""
     sources, notes = find_cfi_sources(elf)
     if not sources:
-        notes.append(f"{elf.path}: no .eh_frame or .debug_frame")
+        notes.append(f"{elf.path}: {NO_CFI}")
         return None, notes
     if cache is not None and key is not None:
         arrays = cache.load(key)

@@ -177,6 +177,8 @@ class ElfFile:
         if ch_type != ELFCOMPRESS_ZLIB:
             kind = "zstd" if ch_type == ELFCOMPRESS_ZSTD else f"type {ch_type}"
             raise BinaryError(f"{self.path}: {name}: {kind} compression is not supported")
+        if ch_size == 0:
+            return b""  # zlib reads a max_length of 0 as "unlimited": never inflate a section stated empty
         if ch_size > MAX_INFLATED_BYTES:
             raise BinaryError(f"{self.path}: {name}: implausible inflated size {ch_size}")
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 
 from profiler.binary.cache import TableCache, cache_key
 from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save_unwind_table
@@ -54,6 +55,7 @@ class ObjectFile:
         self.root = root
         self._identity = identity
         self._unwind_cache = unwind_cache
+        self._key: str | None = None  # "" once known that the file has no cache key
         self._symbols: SymbolTable | None = None
         self._symbols_loaded = False
         self._debug_elf: ElfFile | None = None
@@ -167,10 +169,25 @@ class ObjectFile:
         return saved
 
     def _cache_key(self) -> str | None:
+        """The disk-cache key: build-id (or path, size, mtime), plus a CRC32 of ``.eh_frame``.
+
+        A build-id names a build, not the bytes of this copy of it: a copy whose CFI was damaged, or a
+        file rewritten in place by a tool that kept the note, must not be given the tables of the intact
+        file. The checksum costs well under a millisecond for libc-sized sections.
+        """
+        if self._key is not None:
+            return self._key or None
         if self.build_id is None and self._identity is None:
+            self._key = ""
             return None
         size, mtime = self._identity or (0, 0)
-        return cache_key(self.build_id, self.path, size, mtime)
+        try:
+            eh_frame = self.elf.section_data(".eh_frame")
+        except BinaryError:
+            eh_frame = None
+        crc = zlib.crc32(eh_frame) if eh_frame is not None else 0
+        self._key = f"{cache_key(self.build_id, self.path, size, mtime)}-{crc:08x}"
+        return self._key
 
     def frame_state(self, svma: int) -> FrameState | None:
         """Prologue analysis at ``svma``: None if the function is unknown (no symbol covers it)."""

@@ -94,7 +94,10 @@ def snapshot(
         python_seen = 0
         for fid in reversed(session.stacks.frames(stack)):
             python = int(kinds[fid]) == FrameKind.RUNTIME
-            frame = DumpFrame(info[fid], python, None if python else _avma(session, fid))
+            address = None if python else _avma(session, fid)
+            for inline in reversed(session.inlined.get(fid, [])):  # inlined calls sit above their frame
+                frames.append(DumpFrame(inline, False, address))
+            frame = DumpFrame(info[fid], python, address)
             if python:
                 if python_seen < len(runtime_locals):
                     frame.locals = runtime_locals[python_seen]

@@ -9,7 +9,7 @@ from collections import defaultdict
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import frame_filter, stack_counts, stack_frames
+from profiler.tree.calltree import frame_filter, stack_counts, stack_display
 
 
 def folded_name(frame: FrameInfo) -> str:
@@ -27,8 +27,6 @@ class FoldedExporter:
     extensions = (".folded", ".txt", ".collapsed")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        info = session.frame_info or []
-        names = [folded_name(f) for f in info]
         keep = frame_filter(session, config)
         lines: dict[str, int] = defaultdict(int)
         for thread, per in stack_counts(session, config).items():
@@ -37,7 +35,7 @@ class FoldedExporter:
                 t = session.threads[thread]
                 prefix = f"{t.name} (tid {t.tid})".replace(";", ":") + ";"
             for sid, n in per.items():
-                fids = stack_frames(session, sid, keep)
-                if fids:
-                    lines[prefix + ";".join(names[f] for f in fids)] += n
+                frames = stack_display(session, sid, keep)
+                if frames:
+                    lines[prefix + ";".join(folded_name(f) for f in frames)] += n
         return "".join(f"{stack} {n}\n" for stack, n in sorted(lines.items())).encode()

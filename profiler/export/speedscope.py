@@ -14,7 +14,7 @@ from profiler import __version__
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import frame_filter, stack_counts, stack_frames
+from profiler.tree.calltree import frame_filter, stack_counts, stack_display
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 
@@ -42,18 +42,19 @@ class SpeedscopeExporter:
     extensions = (".speedscope.json", ".json")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        info = session.frame_info or []
         # speedscope identifies frames by index: frames that look the same (a function sampled at several
         # addresses) must share one index, or the flame graph shows the function as several nodes
         shared: list[dict[str, object]] = []
         index_of: dict[tuple[str, str | None, int | None], int] = {}
-        remap = []
-        for f in info:
+
+        def index(f: FrameInfo) -> int:
             key = (f.name, f.file or f.module, f.line)
-            if key not in index_of:
-                index_of[key] = len(shared)
+            i = index_of.get(key)
+            if i is None:
+                i = index_of[key] = len(shared)
                 shared.append(_frame(f))
-            remap.append(index_of[key])
+            return i
+
         keep = frame_filter(session, config)
         seconds_per_sample = _seconds_per_sample(session)
         profiles = []
@@ -62,9 +63,9 @@ class SpeedscopeExporter:
             samples: list[list[int]] = []
             weights: list[float] = []
             for sid, n in sorted(per.items(), key=lambda item: -item[1]):
-                fids = stack_frames(session, sid, keep)
-                if fids:
-                    samples.append([remap[f] for f in fids])
+                frames = stack_display(session, sid, keep)
+                if frames:
+                    samples.append([index(f) for f in frames])
                     weights.append(n * seconds_per_sample)
             if not samples:
                 continue

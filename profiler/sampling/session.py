@@ -64,6 +64,8 @@ class Session:
         self.samples: dict[tuple[int, int, int, int], int] = {}
         self.counters: dict[str, int] = {}
         self.frame_info: list[FrameInfo] | None = None
+        #: frame id -> inlined calls at that address, outermost first (shown above the frame itself)
+        self.inlined: dict[int, list[FrameInfo]] = {}
         self._thread_ids: dict[tuple[int, int, int], int] = {}
         self._stack_cache: dict[tuple[FrameKey, ...], int] = {}
 
@@ -146,7 +148,8 @@ class Session:
             "counters": self.counters,
             "frame_info": None
             if self.frame_info is None
-            else [[f.name, f.file, f.line, f.module, f.inlined, f.interpreter] for f in self.frame_info],
+            else [_info_row(f) for f in self.frame_info],
+            "inlined": {str(fid): [_info_row(f) for f in frames] for fid, frames in self.inlined.items()},
         }
         arrays = {f"frames_{k}": v for k, v in self.frames.columns().items()}
         arrays.update({f"stacks_{k}": v for k, v in self.stacks.columns().items()})
@@ -164,6 +167,10 @@ class Session:
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
             raise SessionFormatError(f"{path}: not an nprof session file ({e}).") from None
         return _from_arrays(path, arrays)
+
+
+def _info_row(f: FrameInfo) -> list[object]:
+    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter]
 
 
 def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
@@ -195,6 +202,7 @@ def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
         session.counters = dict(meta["counters"])
         if meta["frame_info"] is not None:
             session.frame_info = [FrameInfo(*row) for row in meta["frame_info"]]
+        session.inlined = {int(fid): [FrameInfo(*row) for row in rows] for fid, rows in meta["inlined"].items()}
     except (KeyError, TypeError, ValueError) as e:
         raise SessionFormatError(f"{path}: corrupt session file metadata ({e}).") from None
     frames = {k: need(f"frames_{k}") for k in ("kind", "module", "address", "offset")}
@@ -245,5 +253,7 @@ def _validate(
         problems.append("samples out of range")
     if session.frame_info is not None and len(session.frame_info) != n_frames:
         problems.append("frame names do not match the frame table")
+    if any(not 0 <= fid < n_frames for fid in session.inlined):
+        problems.append("inlined frames of a frame that does not exist")
     if problems:
         raise SessionFormatError(f"{path}: corrupt session file ({'; '.join(problems)}).")

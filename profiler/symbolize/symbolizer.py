@@ -1,23 +1,33 @@
-"""Frame ids -> names, files and lines, once per unique frame, at the end of a recording (DESIGN.md section
-2, rule 2: addresses in, names later).
+"""Frame ids -> names, files, lines and inlined frames, once per unique frame, at the end of a recording
+(DESIGN.md section 2, rule 2: addresses in, names later).
 
-Native frames are resolved per module in one batched ``searchsorted`` over its symbol table. Frames whose
-module has no symbol covering the address show as ``module+0xoffset`` so they can still be looked up by
-hand (``addr2line -e module 0xoffset``).
+Native frames are resolved per module: one batched ``searchsorted`` over its symbol table names every
+frame; where the module (or its separate debug file) has DWARF, ``DwarfResolver`` adds the source line
+and expands inlined calls into frames of their own. Frames whose module has no symbol covering the
+address show as ``module+0xoffset``, so they can still be looked up by hand (``addr2line -e module 0x…``).
+Runtime frames are described by their agent.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from profiler.binary.objfile import ObjectFile
+from profiler.errors import BinaryError
 from profiler.model import FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
 from profiler.runtime import AgentSession
 from profiler.sampling.session import Session
 from profiler.symbolize.demangle import demangle
+from profiler.symbolize.dwarf import DwarfResolver
+from profiler.symbolize.dwarf_sections import has_debug_info
+
+#: seconds the DWARF line/inline resolution of one recording may take; frames not reached by then keep
+#: their symbol-table names (libpython's worst case, every function, measured 3.1 s here)
+DWARF_BUDGET = 20.0
 
 
 def unversioned(name: str) -> str:
@@ -33,45 +43,90 @@ def module_label(module: Module | None) -> str:
     return os.path.basename(module.path) if module.file_backed else module.path
 
 
+@dataclasses.dataclass
+class Symbolized:
+    frames: list[FrameInfo]  #: per frame id: the function it is in (outermost of an inline chain)
+    inlined: dict[int, list[FrameInfo]]  #: frame id -> the inlined calls inside it, outermost first
+
+
 def symbolize(
     session: Session,
     objects: Mapping[int, ObjectFile],
     agents: Mapping[str, AgentSession] | None = None,
-) -> list[FrameInfo]:
+    dwarf_budget: float = DWARF_BUDGET,
+) -> Symbolized:
     """Resolve every frame of ``session`` (frames already resolved keep their names)."""
     cols = session.frames.columns()
     kinds, modules, addresses, offsets = (cols[k] for k in ("kind", "module", "address", "offset"))
-    n = len(kinds)
     known = session.frame_info or []
-    out: list[FrameInfo | None] = list(known) + [None] * (n - len(known))
+    out: list[FrameInfo | None] = list(known) + [None] * (len(kinds) - len(known))
+    inlined = dict(session.inlined)
     by_module: dict[int, list[int]] = defaultdict(list)
-    for fid in range(len(known), n):
+    for fid in range(len(known), len(kinds)):
         kind = int(kinds[fid])
         if kind == FrameKind.NATIVE:
             by_module[int(modules[fid])].append(fid)
         elif kind == FrameKind.RUNTIME:
-            out[fid] = _runtime_info(
-                session, agents or {}, int(modules[fid]), int(addresses[fid]), int(offsets[fid])
-            )
+            out[fid] = _runtime_info(session, agents or {}, int(modules[fid]), int(addresses[fid]), int(offsets[fid]))
         else:
             out[fid] = FrameInfo(f"[{int(addresses[fid])}]")
+    deadline = time.monotonic() + dwarf_budget
     for mid, fids in by_module.items():
         module = session.modules[mid] if 0 <= mid < len(session.modules) else None
-        label = module_label(module)
-        obj = objects.get(mid)
-        symbols = obj.symbols if obj is not None else None
-        rels = addresses[fids]
-        hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(fids)
-        for fid, rel, hit in zip(fids, rels.tolist(), hits):
-            if hit is not None:
-                out[fid] = FrameInfo(demangle(unversioned(hit[0])), module=label)
-            elif module is None:
-                out[fid] = FrameInfo(f"0x{rel:x}")
+        rels = [int(a) for a in addresses[fids]]
+        names = _symbol_names(module, objects.get(mid), rels)
+        lines = _dwarf_frames(objects.get(mid), rels, deadline)
+        label = module_label(module) if module is not None else None
+        for fid, name, chain in zip(fids, names, lines):
+            if chain:
+                out[fid] = dataclasses.replace(chain[0], module=label)
+                if len(chain) > 1:
+                    inlined[fid] = [dataclasses.replace(f, module=label) for f in chain[1:]]
             else:
-                out[fid] = FrameInfo(f"{label}+0x{rel:x}", module=label)
+                out[fid] = FrameInfo(name, module=label)
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
     _mark_interpreter_frames(session, infos, agents or {}, kinds, modules, addresses)
-    return infos
+    return Symbolized(infos, inlined)
+
+
+def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> list[str]:
+    """Symbol-table names, or ``module+0xoffset`` where no symbol covers the address."""
+    symbols = obj.symbols if obj is not None else None
+    hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
+    label = module_label(module)
+    out = []
+    for rel, hit in zip(rels, hits):
+        if hit is not None:
+            out.append(demangle(unversioned(hit[0])))
+        elif module is None:
+            out.append(f"0x{rel:x}")
+        else:
+            out.append(f"{label}+0x{rel:x}")
+    return out
+
+
+def _dwarf_frames(obj: ObjectFile | None, rels: Sequence[int], deadline: float) -> list[list[FrameInfo] | None]:
+    """Per address, its frames from DWARF (outermost first), or None/[] where DWARF does not say."""
+    if obj is None or time.monotonic() >= deadline:
+        return [None] * len(rels)
+    elf = obj.debug_elf if obj.debug_elf is not None and has_debug_info(obj.debug_elf) else obj.elf
+    if not has_debug_info(elf):
+        return [None] * len(rels)
+    try:
+        resolver = DwarfResolver(elf, obj.symbols)
+    except BinaryError:
+        return [None] * len(rels)
+    return resolver.resolve(rels, deadline=deadline)
+
+
+def _runtime_info(
+    session: Session, agents: Mapping[str, AgentSession], agent_index: int, code: int, offset: int
+) -> FrameInfo:
+    name = session.agents[agent_index] if 0 <= agent_index < len(session.agents) else "?"
+    agent = agents.get(name)
+    if agent is None:
+        return FrameInfo(f"[{name} 0x{code:x}]")
+    return agent.describe(RuntimeFrame(code, offset, False))
 
 
 def _mark_interpreter_frames(
@@ -98,19 +153,10 @@ def _mark_interpreter_frames(
             infos[fid] = dataclasses.replace(info, interpreter=True)
 
 
-def _runtime_info(
-    session: Session, agents: Mapping[str, AgentSession], agent_index: int, code: int, offset: int
-) -> FrameInfo:
-    name = session.agents[agent_index] if 0 <= agent_index < len(session.agents) else "?"
-    agent = agents.get(name)
-    if agent is None:
-        return FrameInfo(f"[{name} 0x{code:x}]")
-    return agent.describe(RuntimeFrame(code, offset, False))
-
-
 def resolve(
     session: Session, objects: Mapping[int, ObjectFile], agents: Mapping[str, AgentSession] | None = None
 ) -> None:
     """Symbolize in place, so exporters and the session file see names."""
-    session.frame_info = symbolize(session, objects, agents)
-
+    result = symbolize(session, objects, agents)
+    session.frame_info = result.frames
+    session.inlined = result.inlined

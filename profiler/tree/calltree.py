@@ -42,9 +42,17 @@ def frame_filter(session: Session, config: ExportConfig) -> Callable[[int], bool
     return lambda fid: fid not in hidden
 
 
-def stack_frames(session: Session, sid: int, keep: Callable[[int], bool]) -> list[int]:
-    """Frame ids of stack ``sid``, outermost first, without hidden frames."""
-    return [fid for fid in session.stacks.frames(sid) if keep(fid)]
+def stack_display(session: Session, sid: int, keep: Callable[[int], bool]) -> list[FrameInfo]:
+    """What a person sees for stack ``sid``, outermost first: each frame's function, then the calls
+    inlined into it at that address (each its own frame), without hidden frames."""
+    info = session.frame_info or []
+    inlined = session.inlined
+    out: list[FrameInfo] = []
+    for fid in session.stacks.frames(sid):
+        if keep(fid):
+            out.append(info[fid] if fid < len(info) else FrameInfo(f"#{fid}"))
+            out.extend(inlined.get(fid, ()))
+    return out
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,6 @@ class FunctionTotal:
 def function_totals(session: Session, config: ExportConfig) -> tuple[list[FunctionTotal], int]:
     """Per function: samples where it is the leaf (self) and where it is anywhere (total, once per
     sample even when it recurses). Returns the totals, most self first, and the number of samples."""
-    info = session.frame_info or []
     keep = frame_filter(session, config)
     self_n: dict[str, int] = defaultdict(int)
     total_n: dict[str, int] = defaultdict(int)
@@ -67,11 +74,11 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
         for sid, n in per.items():
             merged[sid] += n
     for sid, n in merged.items():
-        fids = stack_frames(session, sid, keep)
-        if not fids:
+        frames = stack_display(session, sid, keep)
+        if not frames:
             continue
         samples += n
-        labels = [function_label(info[f]) if f < len(info) else f"#{f}" for f in fids]
+        labels = [function_label(f) for f in frames]
         self_n[labels[-1]] += n
         for label in set(labels):
             total_n[label] += n
@@ -81,6 +88,6 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
 
 
 def function_label(frame: FrameInfo) -> str:
-    """How a function is shown in tables: name, and the module or file it comes from."""
-    where = frame.file or frame.module
+    """How a function is shown in tables: its name, and the module (native) or file (runtime) it is in."""
+    where = frame.module or frame.file
     return f"{frame.name} ({where})" if where and where not in frame.name else frame.name

@@ -172,3 +172,18 @@ def test_scanned_debug_frame_index_is_cached_and_a_corrupt_entry_rebuilt(tmp_pat
     assert obj2.unwind_table is not None and len(obj2.unwind_table) == len(obj.unwind_table)
     assert fresh.unwind_cache.stats.discarded == 1
     assert TableCache("cfi", directory).load(entries[0][:-4]) is not None  # rebuilt and stored again
+
+
+def test_a_bad_fde_is_counted_again_after_a_restore() -> None:
+    """A cached table must not hide corruption: an FDE that failed to decode is decoded (and counted)
+    again in the next session rather than restored as silently empty."""
+    b = CfiBuilder()
+    cie = b.cie(def_cfa(7, 8) + offset(16, 1))
+    b.fde(cie, 0x1000, 0x40, b"")
+    b.fde(cie, 0x1100, 0x40, b"\x17")  # an opcode DWARF 5 (table 7.29) does not define: a corrupt program
+    table = b.table(hdr_svma=0x800)
+    assert table.rule_for(0x1001) is not None and table.rule_for(0x1101) is None
+    assert table.stats.bad_fdes == 1
+    restored = table_from_arrays(table.sources, table_to_arrays(table))
+    assert restored.rule_for(0x1001) is not None
+    assert restored.rule_for(0x1101) is None and restored.stats.bad_fdes == 1

@@ -49,7 +49,11 @@ def table_to_arrays(table: UnwindTable) -> Arrays:
         arrays[f"src{s}_meta"] = np.array(source_meta(source), dtype=np.int64)
         arrays[f"src{s}_starts"] = source.fde_index.starts
         arrays[f"src{s}_offsets"] = source.fde_index.offsets
-        arrays[f"src{s}_slots"] = np.array(table.slots(s), dtype=np.int64).reshape(-1, 3)
+        slots = np.array(table.slots(s), dtype=np.int64).reshape(-1, 3)
+        # An FDE that failed to decode (all-zero slot) is stored as not decoded yet: decoding it again is
+        # cheap, and it must be counted (and warned about) in every recording that meets it.
+        slots[(slots == 0).all(axis=1)] = -1
+        arrays[f"src{s}_slots"] = slots
     return arrays
 
 

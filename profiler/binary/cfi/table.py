@@ -137,6 +137,13 @@ class UnwindTable:
         source = self.sources[s]
         try:
             fde = source.section.fde_at(int(source.fde_index.offsets[i]))
+            indexed = int(source.fde_index.starts[i])
+            if fde.initial_location != indexed:
+                # the search table and the entry disagree: one of them is corrupt, trust neither
+                raise BinaryError(
+                    f"FDE at 0x{int(source.fde_index.offsets[i]):x} starts at 0x{fde.initial_location:x}, "
+                    f"its index entry says 0x{indexed:x}"
+                )
             key = (s, fde.cie.offset)
             initial = self._initial.get(key)
             if initial is None:

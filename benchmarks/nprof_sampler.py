@@ -14,6 +14,8 @@ import json
 import time
 
 from profiler.config import CapturePriority, SamplerConfig
+from profiler.model import SampleClass
+from profiler.target import ptrace as pt
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.target.tracer import Capture
@@ -26,7 +28,10 @@ class CaptureOnlySampler(Sampler):
         state = self._state(capture.thread)
         state.last_run_time = state.run_time_at_stop
         state.last_stack = -1  # "known", so idle threads are reused as in a real recording
-        self.session.add_sample(state.index, -1, 0, 0)
+        r = capture.slot.regs
+        blocked = pt.in_blocking_syscall(r.orig_rax, r.rax)
+        state.last_class = SampleClass.BLOCKED if blocked else SampleClass.RUNNING
+        self.session.add_sample(state.index, -1, 0, state.last_class)
 
 
 def main() -> None:

@@ -24,10 +24,7 @@ ERROR_COUNTERS = (
 
 
 def error_count(session: Session, sampler: Sampler | None = None) -> int:
-    n = sum(session.counters.get(c, 0) for c in ERROR_COUNTERS)
-    if sampler is not None:
-        n += sampler.tracer.stats.late_stops
-    return n
+    return sum(session.counters.get(c, 0) for c in ERROR_COUNTERS)
 
 
 class StatusLine:

@@ -47,6 +47,12 @@ from profiler.unwind.stack import StackWindow
 #: costs it 16-64 us of run time (measured here), which must not make it look busy at the next tick.
 IDLE_EPSILON_NS = 100_000
 
+#: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
+SYNC_INTERVAL = 0.01
+
+#: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
+MIN_WINDOW = 0.002
+
 #: /proc state letters of a thread asleep in the kernel (proc(5)): sleeping, disk sleep, idle kthread
 _ASLEEP = frozenset("SDI")
 #: stopped by job control or by another tracer: it cannot run, so its stack cannot change
@@ -79,6 +85,7 @@ class ThreadState:
     run_time_at_stop: int = -1
     last_stack: int | None = None
     last_stop: StopReason = StopReason.REUSED
+    last_class: SampleClass = SampleClass.RUNNING
 
 
 class Target:
@@ -90,6 +97,8 @@ class Target:
         self.unwinder = NativeUnwinder(space, config.max_frames)
         self.agent: AgentSession | None = None
         self.agent_index = -1
+        self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
+        self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
 
 
 class Sampler:
@@ -116,7 +125,10 @@ class Sampler:
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
         self.children = ChildWatcher()
+        self._last_sync = 0.0
         self._ncpu = _cpu_count()
+        #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
+        self._window = max(MIN_WINDOW, min(config.stop_deadline, 0.5 * self.timer.period))
 
     # --- targets ----------------------------------------------------------------------------------------
 
@@ -139,6 +151,7 @@ class Sampler:
             if session is not None:
                 target.agent = session
                 target.agent_index = self.session.agent_index(session.name)
+                target.refresh = getattr(session, "refresh", None)
                 break
             reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
         if target.agent is None and reasons:
@@ -207,12 +220,19 @@ class Sampler:
             self._follow_children()
         due: list[ThreadRecord] = []
         reused = 0
+        sync = time.monotonic() - self._last_sync >= SYNC_INTERVAL
+        if sync:
+            self._last_sync = time.monotonic()
         for pid, target in self.targets.items():
             if not self.tracer.process_alive(pid):
                 continue
-            if target.agent is not None and hasattr(target.agent, "refresh"):
-                self._guard_agent(target, target.agent.refresh)
-            for record in self.tracer.sync_threads(pid):
+            if target.refresh is not None:
+                self._guard_agent(target, target.refresh)
+            if sync or target.records is None:
+                target.records = self.tracer.sync_threads(pid)
+            for record in target.records:
+                if record.gone:
+                    continue
                 state = self._state(record)
                 if self._reuse(record, state):
                     reused += 1
@@ -221,8 +241,10 @@ class Sampler:
         fifo = self.config.capture_priority is CapturePriority.FIFO or (
             self.config.capture_priority is CapturePriority.AUTO and len(due) > self._ncpu
         )
+        for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
+            self.record(capture)
         captures = self.tracer.capture(
-            due, copy_stack=self.config.native, agent_capture=self.agent_capture, fifo=fifo
+            due, copy_stack=self.config.native, agent_capture=self.agent_capture, fifo=fifo, window=self._window
         )
         for capture in captures:
             self.record(capture)
@@ -230,11 +252,11 @@ class Sampler:
         return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
 
     def _state(self, record: ThreadRecord) -> ThreadState:
-        state = self.threads.get(record.key)
+        state = record.user
         if state is None:
             index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
-            state = self.threads[record.key] = ThreadState(index)
-        return state
+            state = record.user = self.threads[record.key] = ThreadState(index)
+        return state  # type: ignore[return-value]
 
     def _reuse(self, record: ThreadRecord, state: ThreadState) -> bool:
         """Count a sample without stopping the thread, when its stack cannot have changed (or must not be
@@ -242,21 +264,24 @@ class Sampler:
         run_time = record.proc.run_time()
         if run_time is None:
             return True  # gone; the tracer drops it when its exit is reaped
-        idle = 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
-        if not idle and not self.config.interrupt_sleeping:
+        if 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS and state.last_stack is not None:
+            # It has not run since its last sample: same stack. Asleep then, asleep now (it cannot have
+            # woken without running); otherwise it may wait for a CPU, which is busy, not idle.
+            cls = state.last_class
+            if not cls.is_idle and record.proc.state() != "R":
+                cls = SampleClass.IDLE
+            state.last_class = cls
+            self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
+            return True
+        if not self.config.interrupt_sleeping:
             letter = record.proc.state()
-            if letter in _HALTED:
-                idle = True
-            elif letter in _ASLEEP:
+            if letter in _ASLEEP or letter in _HALTED:
+                # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
                 state.last_run_time = run_time
                 if state.last_stack is not None:
-                    self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, SampleClass.BLOCKED)
+                    state.last_class = SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE
+                    self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, state.last_class)
                 return True
-        if idle:
-            if state.last_stack is not None:
-                self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, SampleClass.IDLE)
-                return True
-            # never sampled yet: stop it once to learn its stack
         state.run_time_at_stop = run_time
         return False
 
@@ -299,7 +324,7 @@ class Sampler:
             cls = self._runtime_class(target, capture, native, cls)
         keys = self._keys(target, native, runtime, stop)
         sid = self.session.intern_stack(keys)
-        state.last_stack, state.last_stop = sid, stop
+        state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         self.session.add_sample(state.index, sid, stop, cls)
 
     @staticmethod
@@ -408,7 +433,8 @@ class Sampler:
         for pid, status in self.tracer.exit_status.items():
             meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
         stats = self.tracer.stats
-        for name in ("late_stops", "signals_forwarded", "group_stops", "threads_seen", "threads_exited"):
+        for name in ("late_stops", "late_captures", "signals_forwarded", "group_stops", "threads_seen",
+                     "threads_exited"):  # fmt: skip
             value = getattr(stats, name)
             if value:
                 self.session.counters[name] = value

@@ -10,7 +10,8 @@ Safety rules this module owns (DESIGN.md section 5):
 * A group-stop (the target was sent SIGSTOP) is answered with PTRACE_LISTEN, so job control still holds.
 * Nothing is ever written to the target.
 
-Waiting uses a blocking ``waitpid`` and an ``ITIMER_REAL`` alarm for deadlines, rather than polling: it is
+Waiting uses a blocking ``waitpid`` and a thread-directed alarm for deadlines (``alarm.py``), rather than
+polling: it is
 the cheapest way to wake on "a thread stopped" (ptrace-costs.md: the wait dominates the round trip).
 """
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
+from profiler.target.alarm import ThreadAlarm
 from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
 from profiler.target.process import TargetProcess
@@ -53,6 +55,7 @@ class ThreadRecord:
     stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
     stack_hi: int = 0
     gone: bool = False
+    user: object = None  #: the sampler's per-thread state, kept here to spare a lookup per tick
 
     @property
     def key(self) -> tuple[int, int]:
@@ -93,7 +96,8 @@ class Capture:
 class TracerStats:
     interrupts: int = 0
     captures: int = 0
-    late_stops: int = 0  #: due threads that did not report their stop before the deadline
+    late_stops: int = 0  #: due threads that did not report their stop within their tick's window
+    late_captures: int = 0  #: of those, the stops copied when they came (the rest: exits, detach)
     signals_forwarded: int = 0
     group_stops: int = 0
     threads_seen: int = 0
@@ -113,13 +117,17 @@ class Tracer:
         self.processes: dict[int, TargetProcess] = {}
         self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
         self.threads: dict[int, ThreadRecord] = {}
+        self._live: dict[int, int] = {}  # pid -> threads not gone
         self.stats = TracerStats()
         self._waiter = pt.Waiter()
         self._slots: list[Slot] = []
         self._held: dict[int, bool] = {}  # tid -> group-stopped, for threads stopped by us (the guard)
+        self._late: dict[int, tuple[int, AgentCapture | None]] = {}  # tid -> how to copy its late stop
+        self._late_slots: list[Slot] = []
+        self._late_used = 0
+        self.late_captures: list[Capture] = []
         self._stack_readers: dict[int, pt.StackReader] = {}
-        self._alarm_installed = False
-        self._old_alarm_handler: object = None
+        self._alarm: ThreadAlarm | None = None
         self._fifo_ok = True
         self._in_fifo = False
 
@@ -170,6 +178,7 @@ class Tracer:
             return None
         record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
         self.threads[tid] = record
+        self._live[pid] = self._live.get(pid, 0) + 1
         self.stats.threads_seen += 1
         return record
 
@@ -182,11 +191,13 @@ class Tracer:
             record.gone = True
             record.proc.close()
             self.stats.threads_exited += 1
+            self._live[record.pid] = self._live.get(record.pid, 1) - 1
         self.threads.pop(record.tid, None)
         self._held.pop(record.tid, None)
+        self._late.pop(record.tid, None)
 
     def process_alive(self, pid: int) -> bool:
-        return pid not in self.exit_status and any(t.pid == pid for t in self.threads.values())
+        return pid not in self.exit_status and self._live.get(pid, 0) > 0
 
     # --- the capture of one tick (the hot loop) ---------------------------------------------------------
 
@@ -196,23 +207,36 @@ class Tracer:
         copy_stack: bool = True,
         agent_capture: AgentCapture | None = None,
         fifo: bool = False,
+        window: float | None = None,
     ) -> list[Capture]:
         """Interrupt every due thread, then copy and resume each as it reports its stop.
 
         Only syscalls happen while a thread is stopped: GETREGS, one process_vm_readv of the stack window
-        and whatever the agent hook copies. Threads that miss the deadline are left with their interrupt
-        pending; ``pump`` resumes them as soon as they stop.
+        and whatever the agent hook copies. The tick waits ``window`` seconds at most (default: the stop
+        deadline): a thread that is runnable but not on a CPU stops only when the scheduler next runs it,
+        which can take a whole scheduler slice (4-13 ms measured here with 8 busy threads on 2 CPUs).
+        Such a late thread is copied and resumed the moment its stop arrives, whenever that is; its capture
+        is handed out by ``take_late_captures``.
         """
         captures: list[Capture] = []
         stack_bytes = self.stack_bytes if copy_stack else 0
 
         def copy_and_resume(record: ThreadRecord, status: int) -> None:
-            captures.append(self._copy(record, status, len(captures), stack_bytes, agent_capture))
+            captures.append(self._copy(record, self._slots[len(captures)], stack_bytes, agent_capture))
             self._resume(record.tid)
 
-        self._collect(self._interrupt(due), copy_and_resume, fifo)
+        pending = self._interrupt(due)
+        self._collect(pending, copy_and_resume, fifo, window=window)
+        for tid in pending:  # missed the window: their stops are copied when they come
+            self._late[tid] = (stack_bytes, agent_capture)
         self.stats.captures += len(captures)
         return captures
+
+    def take_late_captures(self) -> list[Capture]:
+        """Captures of threads whose stop came after their tick's window; valid until the next call."""
+        late, self.late_captures = self.late_captures, []
+        self._late_used = 0
+        return late
 
     @contextlib.contextmanager
     def hold(
@@ -224,7 +248,7 @@ class Tracer:
         stack_bytes = self.stack_bytes if copy_stack else 0
 
         def copy_and_keep(record: ThreadRecord, status: int) -> None:
-            captures.append(self._copy(record, status, len(captures), stack_bytes, agent_capture))
+            captures.append(self._copy(record, self._slots[len(captures)], stack_bytes, agent_capture))
 
         try:
             self._collect(self._interrupt(threads), copy_and_keep, fifo=False, release=False)
@@ -236,6 +260,7 @@ class Tracer:
         pending: dict[int, ThreadRecord] = {}
         for record in threads:
             if record.interrupt_pending:
+                self._late.pop(record.tid, None)  # still on its way: collect it as this tick's
                 pending[record.tid] = record
                 continue
             if pt.interrupt(record.tid) != 0:
@@ -254,17 +279,20 @@ class Tracer:
         on_stop: Callable[[ThreadRecord, int], None],
         fifo: bool,
         release: bool = True,
+        window: float | None = None,
     ) -> None:
         """Wait for the stop of every pending thread, in the order they stop, and hand each to ``on_stop``
-        at once; answer any other event on the way. Gives up on the rest at the stop deadline. With
-        ``release``, any thread still held at the end (``on_stop`` failed) is resumed."""
+        at once; answer any other event on the way. Gives up after ``window`` seconds (default: the stop
+        deadline), leaving the rest in ``pending``. With ``release``, any thread still held at the end
+        (``on_stop`` failed) is resumed."""
         if not pending:
             return
         waiter = self._waiter
-        deadline = time.monotonic() + self.stop_deadline
+        window = self.stop_deadline if window is None else window
+        deadline = time.monotonic() + window
         if fifo:
             self._enter_fifo()
-        self._arm_alarm(self.stop_deadline)
+        self._arm_alarm(window)
         try:
             while pending:
                 tid, status, err = waiter.wait()
@@ -290,17 +318,15 @@ class Tracer:
                 del pending[tid]
                 on_stop(record, status)
         finally:
-            self._disarm_alarm()
             if fifo:
                 self._leave_fifo()
             if release:
                 self._release_held()
 
     def _copy(
-        self, record: ThreadRecord, status: int, index: int, stack_bytes: int, agent_capture: AgentCapture | None
+        self, record: ThreadRecord, slot: Slot, stack_bytes: int, agent_capture: AgentCapture | None
     ) -> Capture:
         """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only."""
-        slot = self._slots[index]
         regs = slot.regs
         pt.getregs(record.tid, regs)
         rsp = regs.rsp
@@ -334,6 +360,9 @@ class Tracer:
                 self._drop(record)
             return
         sig, event = pt.decode_stop(status)
+        if event == pt.PTRACE_EVENT_STOP and record is not None and tid in self._late:
+            self._capture_late(record, sig)
+            return
         if event == pt.PTRACE_EVENT_STOP:
             if record is not None:
                 record.interrupt_pending = False
@@ -354,6 +383,23 @@ class Tracer:
             return
         pt.cont(tid)  # an event we did not ask for: let it run
 
+    def _capture_late(self, record: ThreadRecord, sig: int) -> None:
+        """The stop of a thread that missed its tick's window: copy it now, then let it go."""
+        stack_bytes, agent_capture = self._late.pop(record.tid)
+        group_stop = sig != signal.SIGTRAP
+        self._held[record.tid] = group_stop
+        record.interrupt_pending = False
+        record.group_stopped = group_stop
+        try:
+            if self._late_used == len(self._late_slots):
+                self._late_slots.append(Slot(self.stack_bytes))
+            slot = self._late_slots[self._late_used]
+            self._late_used += 1
+            self.late_captures.append(self._copy(record, slot, stack_bytes, agent_capture))
+            self.stats.late_captures += 1
+        finally:
+            self._resume(record.tid)
+
     def pump(self, until: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Answer tracee events until monotonic time ``until``; False once nothing is traced any more."""
         waiter = self._waiter
@@ -362,10 +408,7 @@ class Tracer:
             if remaining <= 0 or should_stop():
                 return True
             self._arm_alarm(remaining)
-            try:
-                tid, status, err = waiter.wait()  # returns at once if a stop is already pending
-            finally:
-                self._disarm_alarm()
+            tid, status, err = waiter.wait()  # returns at once if a stop is already pending
             if tid > 0:
                 self._handle_event(tid, status)
                 continue
@@ -412,10 +455,7 @@ class Tracer:
                 if remaining <= 0:
                     break
                 self._arm_alarm(remaining)
-                try:
-                    tid, status, err = self._waiter.wait()
-                finally:
-                    self._disarm_alarm()
+                tid, status, err = self._waiter.wait()
                 if tid < 0:
                     if err == errno.ECHILD:
                         break
@@ -465,25 +505,14 @@ class Tracer:
     # --- the alarm that bounds every blocking wait ------------------------------------------------------
 
     def _install_alarm(self) -> None:
-        if self._alarm_installed:
-            return
-        # A handler that does nothing: its only job is to make the blocking waitpid return EINTR.
-        self._old_alarm_handler = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.siginterrupt(signal.SIGALRM, True)
-        self._alarm_installed = True
+        if self._alarm is None:
+            self._alarm = ThreadAlarm()
 
     def _restore_alarm(self) -> None:
-        if self._alarm_installed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self._old_alarm_handler or signal.SIG_DFL)
-            self._alarm_installed = False
+        if self._alarm is not None:
+            self._alarm.close()
+            self._alarm = None
 
     def _arm_alarm(self, delay: float) -> None:
-        signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-6), _ALARM_BACKSTOP)
-
-    def _disarm_alarm(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    return None
+        """Bound the next blocking wait. Arming replaces the previous deadline, so waits never disarm."""
+        self._alarm.arm(delay, _ALARM_BACKSTOP)

@@ -1,0 +1,93 @@
+"""A deadline for blocking waits: SIGALRM delivered to one thread, the one that waits.
+
+The tracer blocks in ``waitpid`` and relies on a signal to return from it at a deadline (EINTR). A
+process-wide alarm (``setitimer(ITIMER_REAL)``) is the wrong tool once nprof has other threads: numpy's
+OpenBLAS starts a worker thread at import, and the kernel may hand a process-directed SIGALRM to any
+thread that does not block it, leaving the waiting thread blocked. A POSIX timer with
+``SIGEV_THREAD_ID`` (timer_create(2)) signals exactly one thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import struct
+import threading
+
+CLOCK_MONOTONIC = 1  # linux/time.h
+SIGEV_THREAD_ID = 4  # asm-generic/siginfo.h
+
+
+class _sigevent(ctypes.Structure):
+    """struct sigevent (asm-generic/siginfo.h) on x86-64: the thread id sits where the union begins."""
+
+    _fields_ = (
+        ("sigev_value", ctypes.c_void_p),
+        ("sigev_signo", ctypes.c_int),
+        ("sigev_notify", ctypes.c_int),
+        ("sigev_notify_thread_id", ctypes.c_int),
+        ("_pad", ctypes.c_int * 11),  # the union is 48 bytes: sizeof(struct sigevent) is 64
+    )
+
+
+#: struct itimerspec {struct timespec it_interval, it_value;} with timespec {time_t tv_sec; long tv_nsec},
+#: packed in one call: setting four ctypes fields costs three times the syscall itself
+_ITIMERSPEC = struct.Struct("<qqqq")
+
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc >= 2.34 has the timer_* functions (no librt)
+_timer_create = _libc.timer_create
+_timer_create.argtypes = (ctypes.c_int, ctypes.POINTER(_sigevent), ctypes.POINTER(ctypes.c_void_p))
+_timer_settime = _libc.timer_settime
+_timer_settime.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_timer_delete = _libc.timer_delete
+_timer_delete.argtypes = (ctypes.c_void_p,)
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    """Does nothing: the alarm's only job is to make the blocking waitpid return EINTR."""
+
+
+class ThreadAlarm:
+    """SIGALRM to the creating (main) thread after a delay, repeating every ``interval`` after that.
+
+    Arming again replaces the previous deadline, so there is no need to disarm between waits; the
+    repetition is a backstop for the race where the alarm fires between checking the clock and entering
+    the wait (there is no "pwaitpid" to close it).
+    """
+
+    def __init__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the tracer's alarm needs the main thread (Python runs signal handlers there)")
+        self._old_handler = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.siginterrupt(signal.SIGALRM, True)
+        event = _sigevent()
+        event.sigev_signo = signal.SIGALRM
+        event.sigev_notify = SIGEV_THREAD_ID
+        event.sigev_notify_thread_id = threading.get_native_id()
+        self._timer = ctypes.c_void_p()
+        if _timer_create(CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(self._timer)) != 0:
+            err = ctypes.get_errno()
+            signal.signal(signal.SIGALRM, self._old_handler)
+            raise OSError(err, "timer_create failed")
+        self._spec = ctypes.create_string_buffer(_ITIMERSPEC.size)
+        self._spec_address = ctypes.addressof(self._spec)
+        self._timer_id = self._timer.value
+
+    def arm(self, delay: float, interval: float) -> None:
+        ns = max(int(delay * 1e9), 1000)
+        every = int(interval * 1e9)
+        _ITIMERSPEC.pack_into(self._spec, 0, every // 1_000_000_000, every % 1_000_000_000,
+                              ns // 1_000_000_000, ns % 1_000_000_000)  # fmt: skip
+        _timer_settime(self._timer_id, 0, self._spec_address, None)
+
+    def disarm(self) -> None:
+        _ITIMERSPEC.pack_into(self._spec, 0, 0, 0, 0, 0)
+        _timer_settime(self._timer_id, 0, self._spec_address, None)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self.disarm()
+            _timer_delete(self._timer)
+            self._timer = None
+            signal.signal(signal.SIGALRM, self._old_handler or signal.SIG_DFL)

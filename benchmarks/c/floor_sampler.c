@@ -23,11 +23,17 @@
 #include <unistd.h>
 
 #define MAX_THREADS 256
+#define MAX_HELD 1000000
 
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 static double cpu_seconds(void) {
@@ -63,6 +69,7 @@ int main(int argc, char **argv) {
         tids[n++] = tid;
     }
     char *window = malloc(stack_bytes * MAX_THREADS);
+    double *held = malloc(sizeof(double) * MAX_HELD);
     struct user_regs_struct regs;
     long samples = 0, ticks = 0;
     double start = now(), cpu0 = cpu_seconds(), next = start;
@@ -88,11 +95,13 @@ int main(int argc, char **argv) {
             int status;
             pid_t tid = waitpid(-1, &status, __WALL);
             if (tid < 0) return 1;
+            double seen = now();
             ptrace(PTRACE_GETREGS, tid, 0, &regs);
             struct iovec local = {window + (size_t)k * stack_bytes, stack_bytes};
             struct iovec remote = {(void *)regs.rsp, stack_bytes};
             process_vm_readv(pid, &local, 1, &remote, 1, 0);
             ptrace(PTRACE_CONT, tid, 0, 0);
+            if (samples < MAX_HELD) held[samples] = now() - seen;
             samples++;
         }
         ticks++;
@@ -112,6 +121,10 @@ int main(int argc, char **argv) {
         pid_t tid = waitpid(-1, &status, __WALL);
         if (tid > 0) ptrace(PTRACE_DETACH, tid, 0, 0);
     }
-    printf("{\"captures\": %ld, \"ticks\": %ld, \"cpu_s\": %.6f, \"wall_s\": %.6f}\n", samples, ticks, cpu, wall);
+    long kept = samples < MAX_HELD ? samples : MAX_HELD;
+    qsort(held, kept, sizeof(double), cmp_double);
+    printf("{\"captures\": %ld, \"ticks\": %ld, \"cpu_s\": %.6f, \"wall_s\": %.6f, \"held_median_us\": %.2f, "
+           "\"held_p90_us\": %.2f}\n",
+           samples, ticks, cpu, wall, kept ? held[kept / 2] * 1e6 : 0, kept ? held[(long)(kept * 0.9)] * 1e6 : 0);
     return 0;
 }

@@ -47,6 +47,9 @@ from profiler.unwind.stack import StackWindow
 #: costs it 16-64 us of run time (measured here), which must not make it look busy at the next tick.
 IDLE_EPSILON_NS = 100_000
 
+#: distinct stacks remembered per process before the memo starts over (a bound on memory)
+MAX_STACK_MEMO = 1 << 17
+
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
 SYNC_INTERVAL = 0.01
 
@@ -98,7 +101,25 @@ class Target:
         self.agent: AgentSession | None = None
         self.agent_index = -1
         self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
+        self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
+        #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
+        self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
+        self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
+
+    def flags(self, frame: NativeFrame) -> tuple[bool, bool]:
+        """(is an eval-loop anchor, is in the runtime's lock wait) for a native frame, asked of the agent
+        once per distinct frame."""
+        key = (frame.module, frame.rel)
+        hit = self._flags.get(key)
+        if hit is None:
+            agent = self.agent
+            is_gil_wait = getattr(agent, "is_gil_wait", None)
+            hit = self._flags[key] = (
+                agent is not None and agent.is_anchor(frame),
+                is_gil_wait is not None and is_gil_wait(frame),
+            )
+        return hit
 
 
 class Sampler:
@@ -152,6 +173,7 @@ class Sampler:
                 target.agent = session
                 target.agent_index = self.session.agent_index(session.name)
                 target.refresh = getattr(session, "refresh", None)
+                target.holds_gil = getattr(session, "holds_gil", None)
                 break
             reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
         if target.agent is None and reasons:
@@ -320,25 +342,35 @@ class Sampler:
             unwound = target.unwinder.unwind(regs, window)
             native, stop = unwound.frames, unwound.stop
         runtime = self._runtime_frames(target, capture)
+        # A profile revisits the same stacks: everything from here to the stack id depends only on the
+        # frames, so it is done once per distinct (native, runtime) stack.
+        memo_key = (tuple(native), tuple(runtime), stop)
+        hit = target.stack_memo.get(memo_key)
+        if hit is None:
+            hit = self._stack_id(target, native, runtime, stop)
+            if len(target.stack_memo) >= MAX_STACK_MEMO:
+                target.stack_memo.clear()
+            target.stack_memo[memo_key] = hit
+        sid, in_gil_wait, outcome = hit
+        if outcome is not None:
+            self.session.count(outcome)
         if runtime:
-            cls = self._runtime_class(target, capture, native, cls)
-        keys = self._keys(target, native, runtime, stop)
-        sid = self.session.intern_stack(keys)
+            if in_gil_wait:
+                cls = SampleClass.GIL_WAIT
+            elif target.holds_gil is not None and target.holds_gil(capture.agent_data):
+                cls = SampleClass.GIL_HELD
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         self.session.add_sample(state.index, sid, stop, cls)
 
-    @staticmethod
-    def _runtime_class(target: Target, capture: Capture, native: list[NativeFrame], cls: SampleClass) -> SampleClass:
-        """GIL_WAIT when the native stack is inside the runtime's lock wait (``take_gil``), GIL_HELD for the
-        lock's holder; the kernel's view (running or blocked) otherwise."""
-        agent = target.agent
-        is_gil_wait = getattr(agent, "is_gil_wait", None)
-        if is_gil_wait is not None and any(is_gil_wait(f) for f in native):
-            return SampleClass.GIL_WAIT
-        holds_gil = getattr(agent, "holds_gil", None)
-        if holds_gil is not None and holds_gil(capture.agent_data):
-            return SampleClass.GIL_HELD
-        return cls
+    def _stack_id(
+        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
+    ) -> tuple[int, bool, str | None]:
+        """The stack id of one distinct stack; whether it is inside the runtime's lock wait (``take_gil``);
+        the name of the merge counter it adds to, if its merge was not exact."""
+        keys, outcome = self._keys(target, native, runtime, stop)
+        in_gil_wait = bool(runtime) and any(target.flags(f)[1] for f in native)
+        counter = None if outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME) else f"merge_{outcome.name.lower()}"
+        return self.session.intern_stack(keys), in_gil_wait, counter
 
     def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
         if target.agent is None or capture.agent_data is None:
@@ -351,23 +383,22 @@ class Sampler:
 
     def _keys(
         self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
-    ) -> tuple[tuple[int, int, int, int], ...]:
+    ) -> tuple[tuple[tuple[int, int, int, int], ...], MergeOutcome]:
         ai = target.agent_index
         if not runtime:
-            return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native)
+            return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native), MergeOutcome.NO_RUNTIME
         if not self.config.native:  # --no-native: the runtime's frames alone, nothing to merge with
-            return tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)
-        agent = target.agent
-        anchors = [agent.is_anchor(f) for f in native] if agent is not None else [False] * len(native)
+            keys = tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)
+            return keys, MergeOutcome.NO_RUNTIME
+        anchors = [target.flags(f)[0] for f in native]
         frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK)
-        if outcome not in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME):
-            self.session.count(f"merge_{outcome.name.lower()}")
-        return tuple(
+        keys = tuple(
             (FrameKind.NATIVE, f.module, f.rel, 0)
             if isinstance(f, NativeFrame)
             else (FrameKind.RUNTIME, ai, f.code, f.offset)
             for f in frames
         )
+        return keys, outcome
 
     def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
         """Remember the stack mapping holding rsp, so the next copy stops at its end."""

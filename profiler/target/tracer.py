@@ -17,6 +17,7 @@ the cheapest way to wake on "a thread stopped" (ptrace-costs.md: the wait domina
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import errno
@@ -24,7 +25,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
@@ -39,6 +40,9 @@ _ALARM_BACKSTOP = 0.001
 
 #: SCHED_FIFO priority used during a capture; the level ptrace-costs.md section 3 measured
 _FIFO_PRIORITY = 10
+
+#: hold times kept for percentiles (a ring: a long recording does not grow it)
+HELD_TIMES = 1 << 16
 
 
 @dataclass(eq=False)
@@ -98,6 +102,16 @@ class TracerStats:
     captures: int = 0
     late_stops: int = 0  #: due threads that did not report their stop within their tick's window
     late_captures: int = 0  #: of those, the stops copied when they came (the rest: exits, detach)
+    #: how long each thread was held: from nprof seeing its stop to resuming it (the last HELD_TIMES)
+    held_ns: array.array = field(default_factory=lambda: array.array("q"))
+    held_total_ns: int = 0
+
+    def note_held(self, ns: int) -> None:
+        self.held_total_ns += ns
+        if len(self.held_ns) < HELD_TIMES:
+            self.held_ns.append(ns)
+        else:
+            self.held_ns[self.captures % HELD_TIMES] = ns
     signals_forwarded: int = 0
     group_stops: int = 0
     threads_seen: int = 0
@@ -222,8 +236,10 @@ class Tracer:
         stack_bytes = self.stack_bytes if copy_stack else 0
 
         def copy_and_resume(record: ThreadRecord, status: int) -> None:
+            seen = time.perf_counter_ns()
             captures.append(self._copy(record, self._slots[len(captures)], stack_bytes, agent_capture))
             self._resume(record.tid)
+            self.stats.note_held(time.perf_counter_ns() - seen)
 
         pending = self._interrupt(due)
         self._collect(pending, copy_and_resume, fifo, window=window)

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks.results import RESULTS, write_rows
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = [  # (threads, rate): the paced rates of ptrace-costs.md (1 kHz for one thread, 200 Hz for eight)
     (1, 1000.0),
@@ -77,7 +79,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--out", default=os.path.join(HERE, "results", "capture.json"))
+    p.add_argument("--out", default=os.path.join(RESULTS, "capture.json"))
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         bins = build(tmp)
@@ -107,9 +109,7 @@ def main() -> None:
                             "held_median_us": result["held_median_us"], "held_p90_us": result["held_p90_us"],
                         })  # fmt: skip
                         print(json.dumps(rows[-1]), file=sys.stderr)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(rows, f, indent=1)
+    write_rows(args.out, rows)
     print(table(rows))
 
 

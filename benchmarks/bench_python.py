@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from benchmarks.results import RESULTS, write_rows
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_BIN = os.path.join(HERE, ".venv", "bin")
 TARGET = os.path.join(HERE, "targets", "py_work.py")
@@ -108,7 +110,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--interpreter", default=os.path.join(os.environ.get("PYENV_ROOT", "/root/.pyenv"),
                                                            "versions", "3.12.1", "bin", "python3"))  # fmt: skip
-    p.add_argument("--out", default=os.path.join(HERE, "results", "python.json"))
+    p.add_argument("--out", default=os.path.join(RESULTS, "python.json"))
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as out_dir:
@@ -125,9 +127,7 @@ def main() -> None:
                 run = run_once(args.interpreter, "chain", cmd, pin=("0", "1"))
                 rows.append({"rep": rep, "mode": "throughput", "rate": 20000, "profiler": name, **run})
                 print(json.dumps(rows[-1]), file=sys.stderr)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(rows, f, indent=1)
+    write_rows(args.out, rows)
     print(table(rows))
 
 

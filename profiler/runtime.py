@@ -49,7 +49,11 @@ class AgentSession(Protocol):
 #: * ``thread_name(tid, fs_base) -> str | None``: the runtime's name for a thread.
 #: * ``locals(capture) -> list[list[tuple[str, str]]]``: per runtime frame, (name, value text) pairs; called
 #:   while the thread is still stopped (``nprof dump --locals``).
-OPTIONAL_SESSION_METHODS = ("refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name", "locals")
+#: * ``counters() -> dict[str, int]``: per-sample failures the agent counted (truncated chains...), added to
+#:   the session's counters at the end of a recording.
+OPTIONAL_SESSION_METHODS = (
+    "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name", "locals", "counters",
+)  # fmt: skip
 
 
 class Agent(Protocol):

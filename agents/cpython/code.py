@@ -14,9 +14,16 @@ object could in theory match every identity field of a freed one at the same add
 tables also landed where the old one's were and it starts on the same line; nothing cheaper than reading
 the strings themselves during the stop would tell them apart.
 
-Decoding happens after resume, so the code object may die meanwhile (its function returned and was
-dropped); its strings may then be freed and reused too. ``_decode`` therefore re-reads the header after
-reading the strings and keeps the result only if the object is still the same and still allocated.
+A code object seen for the first time is decoded **during the stop** (``session.capture`` calls
+``identify`` for it), the one moment its strings are certainly its own. Decoding after resume is not safe,
+however it is checked: once the function is dropped, its strings are freed and reused by the next
+allocations, and a new code object may be allocated at the same address; while that successor is being
+initialised its header still holds the dead object's fields with a live refcount, so a re-read of the
+header passes while the strings already belong to another function (seen here once in ~15,000 samples of
+a churning target: ``f_7217_line_120`` shown in file ``<churn-7218>``). Known code objects cost a dict
+lookup and a tuple comparison during the stop; after resume only cached entries are used
+(``decode=False``). ``_decode`` still re-reads the header after the strings, as a guard against a pointer
+that was not a live code object at all.
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents.cpython.capture import StackCapture
 from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
 from agents.cpython.linetable import LineTable, decode
 from agents.cpython.memory import Read, i64, read_exact
@@ -105,9 +113,10 @@ class CodeCache:
         self._generation: dict[int, int] = {}
         self.stats = CodeStats()
 
-    def identify(self, addr: int, raw: bytes, offset: int) -> int | None:
+    def identify(self, addr: int, raw: bytes, offset: int, decode: bool = True) -> int | None:
         """The key of the code object at ``addr`` whose identity header was captured at ``raw[offset:]``;
-        None if it is not a code object (the caller truncates the stack there). Decodes on first sight."""
+        None if it is not a code object (the caller truncates the stack there). A code object not seen
+        before is decoded if ``decode`` (during the stop), else it is UNKNOWN_KEY (after resume)."""
         if offset < 0 or offset + self._ident.size > len(raw):
             return None
         ident = self._ident.unpack_from(raw, offset)
@@ -117,6 +126,8 @@ class CodeCache:
         if ident[self._field["ob_type"]] != self._code_type:
             self.stats.not_code += 1
             return None
+        if not decode:
+            return UNKNOWN_KEY  # its stop-time decoding failed: nothing read now would be trustworthy
         info = self._decode(addr, ident)
         if info is None:
             self.stats.unreadable += 1
@@ -126,6 +137,14 @@ class CodeCache:
         self._by_addr[addr] = info
         self.by_key[info.key] = info
         return info.key
+
+    def decode_new(self, capture: StackCapture) -> None:
+        """During the stop: decode every code object of the capture not seen before (see the module's
+        docstring for why it cannot wait until after resume)."""
+        raw = capture.raw
+        for (_frame, code, _position, _flags), header in zip(capture.frames, capture.headers):
+            if header >= 0:
+                self.identify(code, raw, header)
 
     def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
         """Read names, file and line table (after resume), then check the code object is still the one the

@@ -54,7 +54,7 @@ def decode_frames(
             else:
                 out.append(RuntimeFrame(SHIM_KEY, -1, True, True))
             continue
-        key = codes.identify(code, raw, header)
+        key = codes.identify(code, raw, header, decode=False)  # decoded during the stop, or unknown
         if key is None:
             return out, True
         offset = -1 if key == UNKNOWN_KEY else instruction_offset(frame, code_adaptive, code, position)

@@ -16,6 +16,7 @@ and at export ``describe(frame)`` once per unique frame, and ``is_anchor`` / ``i
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -152,6 +153,7 @@ class CPythonSession:
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
         if wanted is not None:
             slot.used, slot.dirty = wanted, True
+        self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         if out.status == CaptureStatus.STALE:
             self._stale = True  # the thread state moved on (thread exited, tid reused): remap at refresh
         return out
@@ -217,6 +219,16 @@ class CPythonSession:
         return FrameInfo(info.name, info.filename, info.line(frame.offset))
 
     # --- native frames -----------------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        """What the session saw that a profile should say (the engine adds these to the session's
+        counters): truncated or unmapped stacks, stale thread states, code objects reused or unreadable."""
+        out = {}
+        for prefix, stats in (("python_stacks", self.stats), ("python_code", self.codes.stats)):
+            for name, value in dataclasses.asdict(stats).items():
+                if value and name not in ("captures", "decoded", "rescans", "plan_rebuilds"):
+                    out[f"{prefix}_{name}"] = value
+        return out
 
     def is_anchor(self, frame: NativeFrame) -> bool:
         """``_PyEval_EvalFrameDefault`` (and its split parts) of this interpreter."""

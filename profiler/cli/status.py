@@ -20,6 +20,9 @@ ERROR_COUNTERS = (
     "agent_decode_errors",
     "agent_refresh_errors",
     "stack_outside_mappings",
+    "python_stacks_truncated",
+    "python_stacks_unreadable",
+    "python_code_unreadable",
 )
 
 

@@ -470,6 +470,11 @@ class Sampler:
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
+        for target in self.targets.values():
+            counters = getattr(target.agent, "counters", None)
+            if counters is not None:
+                for name, value in counters().items():
+                    self.session.count(name, value)
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
         self._report_unwind_problems()
         if self.timer.late_ticks:

@@ -147,3 +147,23 @@ def test_dump_blocked_target(interp):
     native = [f["name"] for f in thread["frames"] if f["kind"] == "native"]
     assert "_PyEval_EvalFrameDefault" in native and native[-1] == "_start"
     assert text.returncode == 0 and f"Thread {target.pid}" in text.stdout and "inner (" in text.stdout
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.11", "3.13")])
+def test_code_object_reuse_in_a_recording(interp, tmp_path):
+    """Functions created and freed all the time: a name is never shown with another function's file or
+    line, and the address reuse the agent detected is counted in the session."""
+    path = script("code_churn.py")
+    out = str(tmp_path / "churn.speedscope.json")
+    with running_target([interp.path, path], ready_at=2) as target:
+        record(target.pid, out, "-r", "500")
+    [profile] = read_speedscope(out)
+    churn = [f for s in profile.detailed for f in s if f[0].startswith("f_")]
+    assert churn, "samples land in the churned functions"
+    for name, file, line in churn:
+        number = int(name.split("_")[1])
+        first_line = int(name.rsplit("_", 1)[1])
+        assert file == f"<churn-{number}>", (name, file)
+        assert line in (first_line, first_line + 1, first_line + 2), (name, line)
+    counters = Session.load(str(tmp_path / "churn.nprof")).counters
+    assert counters.get("python_code_reused_addresses", 0) > 0, counters

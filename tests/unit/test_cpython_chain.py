@@ -173,7 +173,10 @@ def capture(target: FakeTarget, info: ThreadStateInfo, reader: ScatterReader | N
 
 
 def decode(target: FakeTarget, stack, codes: CodeCache | None = None):
+    """What the session does: new code objects decoded at the stop (``decode_new``), frames after resume.
+    The fake target does not change between the two here, unless a test changes it before calling this."""
     codes = codes or CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
+    codes.decode_new(stack)
     adaptive = target.layout.code.code_adaptive or 0
     return decode_frames(stack, codes, target.layout.frame, adaptive), codes
 
@@ -320,7 +323,9 @@ def test_reused_code_address_gets_a_new_key(target):
 
 
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
-def test_code_freed_before_decode_is_unknown(target):
+def test_code_that_cannot_be_decoded_is_unknown(target):
+    """A pointer that is no live code object when its strings are read (here: freed, pymalloc's link over
+    ob_refcnt) is not named at all: the decode re-reads the header and refuses it."""
     info, _ = chain(target, ["c", "b", "a"])
     stack, _ = capture(target, info)
     code_b = stack.frames[1][1]
@@ -401,3 +406,26 @@ def test_damaged_thread_list_is_cut_not_followed(target, damage):
     assert not found.complete
     expected = {"loop": 4, "foreign": 2, "unmapped": 2}[damage]
     assert [s.addr for s in found.states] == tstates[:expected]
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_strings_reused_after_the_stop_do_not_rename_a_function(target):
+    """After resume, a function that was on the stack may die, its strings be reused by the next function's
+    (same length here, so the bytes simply change) and a successor be allocated at its address while its
+    header still shows the dead object's identity. Decoding at the stop names it right; nothing read after
+    resume renames it."""
+    info, _ = chain(target, ["c", "b", "a"])
+    stack, _ = capture(target, info)
+    codes = CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
+    codes.decode_new(stack)  # during the stop
+    c, o = target.layout.code, target.layout.objects
+    code_b = stack.frames[1][1]
+    for field in (c.name, c.qualname, c.filename):
+        if field is None:
+            continue
+        text = struct.unpack_from("<Q", target.heap, code_b + field - HEAP)[0] + o.unicode_ascii_size
+        target.heap[text - HEAP] = ord("z")  # "b" -> "z", "Q.b" -> "z.b", "b.py" -> "z.py"
+    adaptive = target.layout.code.code_adaptive or 0
+    frames, _cut = decode_frames(stack, codes, target.layout.frame, adaptive)  # after resume
+    info_b = codes.get(frames[1].code)
+    assert info_b.name.endswith("b") and info_b.filename == "b.py"

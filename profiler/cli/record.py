@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
     )  # fmt: skip
     try:
-        sampler.add_process(pid)
+        sampler.add_process(pid, fresh=child is not None)
     except NoSuchProcess:
         if child is not None and child.poll() is not None:
             raise TargetError(

@@ -50,6 +50,9 @@ IDLE_EPSILON_NS = 100_000
 #: distinct stacks remembered per process before the memo starts over (a bound on memory)
 MAX_STACK_MEMO = 1 << 17
 
+#: how long a just-started process is given to load its runtime (libpython is mapped after exec)
+DETECT_GRACE = 5.0
+
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
 SYNC_INTERVAL = 0.01
 
@@ -103,6 +106,8 @@ class Target:
         self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
         self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
+        self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
+        self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
         #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
         self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
@@ -153,34 +158,64 @@ class Sampler:
 
     # --- targets ----------------------------------------------------------------------------------------
 
-    def add_process(self, pid: int) -> Target:
-        """Validate, seize every thread, map modules and detect a managed runtime."""
+    def add_process(self, pid: int, fresh: bool = False) -> Target:
+        """Validate, seize every thread, map modules and detect a managed runtime.
+
+        ``fresh``: the process was just started (a spawned command, a new child): its runtime may not be
+        loaded yet (the dynamic loader maps libpython after exec), so detection is retried for a while.
+        """
         process = TargetProcess(pid)
         # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
         # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
-        target = self._make_target(process)
+        target = self._make_target(process, fresh)
         self.tracer.add_process(process)
         self.targets[pid] = target
         self.children.remember(pid)
         return target
 
-    def _make_target(self, process: TargetProcess) -> Target:
+    def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
+        reasons = self._detect(target)
+        if target.agent is None and reasons:
+            if fresh:
+                target.detect_until = time.monotonic() + DETECT_GRACE
+            else:
+                self._no_runtime_notice(target, reasons)
+        self.session.meta.processes[process.pid] = process.cmdline
+        self.session.modules = self.modules.modules
+        return target
+
+    def _detect(self, target: Target) -> list[str]:
+        """Look for a managed runtime; the agents' reasons if none is there."""
         reasons = []
         for agent in self.agents:
-            session = agent.detect(process)
+            session = agent.detect(target.process)
             if session is not None:
                 target.agent = session
                 target.agent_index = self.session.agent_index(session.name)
                 target.refresh = getattr(session, "refresh", None)
                 target.holds_gil = getattr(session, "holds_gil", None)
-                break
+                target.detect_until = 0.0
+                return []
             reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
-        if target.agent is None and reasons:
-            self._notice(f"pid {process.pid} ({process.comm}): {'; '.join(reasons)}; profiling native frames")
-        self.session.meta.processes[process.pid] = process.cmdline
-        self.session.modules = self.modules.modules
-        return target
+        target.detect_reasons = reasons
+        return reasons
+
+    def _no_runtime_notice(self, target: Target, reasons: list[str]) -> None:
+        p = target.process
+        self._notice(f"pid {p.pid} ({p.comm}): {'; '.join(reasons)}; profiling native frames")
+
+    def _retry_detection(self) -> None:
+        """Fresh processes without a runtime yet: look again, until the grace period ends."""
+        now = time.monotonic()
+        for target in self.targets.values():
+            if target.agent is not None or not target.detect_until:
+                continue
+            target.process.refresh_maps()
+            reasons = self._detect(target)
+            if target.agent is None and now >= target.detect_until:
+                target.detect_until = 0.0
+                self._no_runtime_notice(target, reasons)
 
     def _notice(self, message: str) -> None:
         self.session.meta.notices.append(message)
@@ -195,13 +230,13 @@ class Sampler:
                 # same pid, new program: its modules and runtime are all different now
                 target.process.cmdline = read_cmdline(pid)
                 target.process.comm = read_comm(pid)
-                self.targets[pid] = self._make_target(target.process)
+                self.targets[pid] = self._make_target(target.process, fresh=True)
             if not self.config.subprocesses:
                 continue
             tids = [r.tid for r in self.tracer.threads.values() if r.pid == pid]
             for child in children_of(pid, tids) - self.targets.keys():
                 try:
-                    self.add_process(child)
+                    self.add_process(child, fresh=True)
                 except NprofError as e:
                     self.session.count("children_not_followed")
                     self._notice(f"not following child {child}: {e.message}")
@@ -240,6 +275,7 @@ class Sampler:
         self.ticks += 1
         if self.children.due():
             self._follow_children()
+            self._retry_detection()
         due: list[ThreadRecord] = []
         reused = 0
         sync = time.monotonic() - self._last_sync >= SYNC_INTERVAL
@@ -470,6 +506,10 @@ class Sampler:
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
+        for target in self.targets.values():
+            if target.agent is None and target.detect_until:  # still waiting for its runtime: give up
+                target.detect_until = 0.0
+                self._no_runtime_notice(target, target.detect_reasons)
         for target in self.targets.values():
             counters = getattr(target.agent, "counters", None)
             if counters is not None:

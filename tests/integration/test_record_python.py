@@ -167,3 +167,16 @@ def test_code_object_reuse_in_a_recording(interp, tmp_path):
         assert line in (first_line, first_line + 1, first_line + 2), (name, line)
     counters = Session.load(str(tmp_path / "churn.nprof")).counters
     assert counters.get("python_code_reused_addresses", 0) > 0, counters
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.12",)])
+def test_spawned_interpreter_is_detected(interp, tmp_path):
+    """`nprof record -- python script`: nprof may attach before the dynamic loader maps libpython; the
+    runtime is still found, and no "not Python" notice is printed."""
+    out = str(tmp_path / "spawned.speedscope.json")
+    code = "import time\ndef spin():\n    t = time.time()\n    while time.time() - t < 1.5:\n        pass\nspin()\n"
+    result = run_nprof("record", "-o", out, "--", interp.path, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert "profiling native frames" not in result.stderr
+    [profile] = read_speedscope(out)
+    assert sum(w for s, w in profile.stacks.items() if "spin" in s) > 0.5 * sum(profile.stacks.values())

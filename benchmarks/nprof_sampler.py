@@ -18,7 +18,7 @@ from profiler.model import SampleClass
 from profiler.target import ptrace as pt
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
-from profiler.target.tracer import Capture
+from profiler.target.capture import Capture
 
 
 class CaptureOnlySampler(Sampler):

@@ -1,10 +1,10 @@
 """The sampling loop: an iterator of ticks. Each tick decides which threads to stop, lets the tracer copy
-them, and only then (with every thread running again) unwinds, merges and interns the copies.
+them, and only then (with every thread running again) has ``stacks.py`` unwind, merge and count the copies.
 
 Which threads are stopped (DESIGN.md section 2):
 
 * a thread whose schedstat run time has not grown since its previous sample has the same stack: it is not
-  stopped, its previous stack is counted again as IDLE;
+  stopped, its previous stack is counted again (RUNNING if it waits for a CPU, IDLE if it sleeps);
 * a thread that has run but is asleep in the kernel now is not stopped either (a ptrace stop can make some
   syscalls return EINTR in the target, signal(7)); it is counted BLOCKED with its last stack, unless
   ``interrupt_sleeping`` asks for exact idle stacks;
@@ -21,37 +21,24 @@ from dataclasses import dataclass
 
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import CapturePriority, SamplerConfig
-from profiler.model import (
-    NUM_DWARF_REGS,
-    FrameKind,
-    NativeFrame,
-    RuntimeFrame,
-    SampleClass,
-    StopReason,
-)
 from profiler.errors import NprofError
-from profiler.runtime import Agent, AgentSession
+from profiler.model import SampleClass, StopReason
+from profiler.runtime import Agent
 from profiler.sampling.children import ChildWatcher, children_of
-from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.session import Session
+from profiler.sampling.stacks import StackRecorder
+from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.timer import Timer
 from profiler.target import ptrace as pt
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import read_cmdline, read_comm
-from profiler.target.tracer import Capture, ThreadRecord, Tracer
+from profiler.target.capture import Capture, ThreadRecord
+from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
-from profiler.unwind.policy import NativeUnwinder
-from profiler.unwind.stack import StackWindow
 
 #: Run-time growth below this counts as "has not run": stopping and resuming a sleeping thread itself
 #: costs it 16-64 us of run time (measured here), which must not make it look busy at the next tick.
 IDLE_EPSILON_NS = 100_000
-
-#: distinct stacks remembered per process before the memo starts over (a bound on memory)
-MAX_STACK_MEMO = 1 << 17
-
-#: how long a just-started process is given to load its runtime (libpython is mapped after exec)
-DETECT_GRACE = 5.0
 
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
 SYNC_INTERVAL = 0.01
@@ -81,52 +68,6 @@ class Tick:
     reused: int  #: idle or asleep threads counted without stopping them
 
 
-@dataclass
-class ThreadState:
-    """The sampler's memory of one thread between ticks."""
-
-    index: int  #: the session's thread index
-    fs_base: int = 0  #: the thread pointer: how a runtime before CPython 3.11 knows its threads
-    last_run_time: int = -1
-    run_time_at_stop: int = -1
-    last_stack: int | None = None
-    last_stop: StopReason = StopReason.REUSED
-    last_class: SampleClass = SampleClass.RUNNING
-
-
-class Target:
-    """One sampled process and its per-process machinery."""
-
-    def __init__(self, process: TargetProcess, space: AddressSpace, config: SamplerConfig) -> None:
-        self.process = process
-        self.space = space
-        self.unwinder = NativeUnwinder(space, config.max_frames)
-        self.agent: AgentSession | None = None
-        self.agent_index = -1
-        self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
-        self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
-        self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
-        self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
-        self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
-        #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
-        self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
-        self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
-
-    def flags(self, frame: NativeFrame) -> tuple[bool, bool]:
-        """(is an eval-loop anchor, is in the runtime's lock wait) for a native frame, asked of the agent
-        once per distinct frame."""
-        key = (frame.module, frame.rel)
-        hit = self._flags.get(key)
-        if hit is None:
-            agent = self.agent
-            is_gil_wait = getattr(agent, "is_gil_wait", None)
-            hit = self._flags[key] = (
-                agent is not None and agent.is_anchor(frame),
-                is_gil_wait is not None and is_gil_wait(frame),
-            )
-        return hit
-
-
 class Sampler:
     def __init__(
         self,
@@ -153,6 +94,7 @@ class Sampler:
         self.children = ChildWatcher()
         self._last_sync = 0.0
         self._ncpu = _cpu_count()
+        self.stacks = StackRecorder(session, config)
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
         self._window = max(MIN_WINDOW, min(config.stop_deadline, 0.5 * self.timer.period))
 
@@ -175,47 +117,23 @@ class Sampler:
 
     def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
-        reasons = self._detect(target)
-        if target.agent is None and reasons:
-            if fresh:
-                target.detect_until = time.monotonic() + DETECT_GRACE
-            else:
-                self._no_runtime_notice(target, reasons)
+        if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
+            if target.detect_reasons:
+                self._notice(target.no_runtime_notice())
         self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
         return target
-
-    def _detect(self, target: Target) -> list[str]:
-        """Look for a managed runtime; the agents' reasons if none is there."""
-        reasons = []
-        for agent in self.agents:
-            session = agent.detect(target.process)
-            if session is not None:
-                target.agent = session
-                target.agent_index = self.session.agent_index(session.name)
-                target.refresh = getattr(session, "refresh", None)
-                target.holds_gil = getattr(session, "holds_gil", None)
-                target.detect_until = 0.0
-                return []
-            reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
-        target.detect_reasons = reasons
-        return reasons
-
-    def _no_runtime_notice(self, target: Target, reasons: list[str]) -> None:
-        p = target.process
-        self._notice(f"pid {p.pid} ({p.comm}): {'; '.join(reasons)}; profiling native frames")
 
     def _retry_detection(self) -> None:
         """Fresh processes without a runtime yet: look again, until the grace period ends."""
         now = time.monotonic()
         for target in self.targets.values():
-            if target.agent is not None or not target.detect_until:
+            if not target.detection_pending:
                 continue
             target.process.refresh_maps()
-            reasons = self._detect(target)
-            if target.agent is None and now >= target.detect_until:
+            if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
                 target.detect_until = 0.0
-                self._no_runtime_notice(target, reasons)
+                self._notice(target.no_runtime_notice())
 
     def _notice(self, message: str) -> None:
         self.session.meta.notices.append(message)
@@ -354,102 +272,10 @@ class Sampler:
             self.session.count("agent_capture_errors")
             return None
 
-    # --- after resume: unwind, merge, intern ---------------------------------------------------------------
-
     def record(self, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""
         record = capture.thread
-        target = self.targets[record.pid]
-        state = self._state(record)
-        state.last_run_time = state.run_time_at_stop
-        r = capture.slot.regs
-        state.fs_base = r.fs_base
-        regs = [r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp,
-                r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip]  # fmt: skip
-        assert len(regs) == NUM_DWARF_REGS
-        cls = SampleClass.BLOCKED if pt.in_blocking_syscall(r.orig_rax, r.rax) else SampleClass.RUNNING
-        self._track_stack_mapping(target, record, r.rsp)
-        native: list[NativeFrame] = []
-        stop = StopReason.NO_STACK_COPY
-        if self.config.native:
-            if capture.stack_len < 0:
-                self.session.count("stack_read_errors")
-            window = StackWindow(capture.stack, capture.stack_base, capture.window_full)
-            unwound = target.unwinder.unwind(regs, window)
-            native, stop = unwound.frames, unwound.stop
-        runtime = self._runtime_frames(target, capture)
-        # A profile revisits the same stacks: everything from here to the stack id depends only on the
-        # frames, so it is done once per distinct (native, runtime) stack.
-        memo_key = (tuple(native), tuple(runtime), stop)
-        hit = target.stack_memo.get(memo_key)
-        if hit is None:
-            hit = self._stack_id(target, native, runtime, stop)
-            if len(target.stack_memo) >= MAX_STACK_MEMO:
-                target.stack_memo.clear()
-            target.stack_memo[memo_key] = hit
-        sid, in_gil_wait, outcome = hit
-        if outcome is not None:
-            self.session.count(outcome)
-        if runtime:
-            if in_gil_wait:
-                cls = SampleClass.GIL_WAIT
-            elif target.holds_gil is not None and target.holds_gil(capture.agent_data):
-                cls = SampleClass.GIL_HELD
-        state.last_stack, state.last_stop, state.last_class = sid, stop, cls
-        self.session.add_sample(state.index, sid, stop, cls)
-
-    def _stack_id(
-        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
-    ) -> tuple[int, bool, str | None]:
-        """The stack id of one distinct stack; whether it is inside the runtime's lock wait (``take_gil``);
-        the name of the merge counter it adds to, if its merge was not exact."""
-        keys, outcome = self._keys(target, native, runtime, stop)
-        in_gil_wait = bool(runtime) and any(target.flags(f)[1] for f in native)
-        counter = None if outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME) else f"merge_{outcome.name.lower()}"
-        return self.session.intern_stack(keys), in_gil_wait, counter
-
-    def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
-        if target.agent is None or capture.agent_data is None:
-            return []
-        try:
-            return target.agent.frames(capture.agent_data)
-        except Exception:
-            self.session.count("agent_decode_errors")
-            return []
-
-    def _keys(
-        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
-    ) -> tuple[tuple[tuple[int, int, int, int], ...], MergeOutcome]:
-        ai = target.agent_index
-        if not runtime:
-            return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native), MergeOutcome.NO_RUNTIME
-        if not self.config.native:  # --no-native: the runtime's frames alone, nothing to merge with
-            keys = tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)
-            return keys, MergeOutcome.NO_RUNTIME
-        anchors = [target.flags(f)[0] for f in native]
-        frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK)
-        keys = tuple(
-            (FrameKind.NATIVE, f.module, f.rel, 0)
-            if isinstance(f, NativeFrame)
-            else (FrameKind.RUNTIME, ai, f.code, f.offset)
-            for f in frames
-        )
-        return keys, outcome
-
-    def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
-        """Remember the stack mapping holding rsp, so the next copy stops at its end."""
-        if record.stack_lo <= rsp < record.stack_hi:
-            return
-        maps = target.process.maps
-        mapping = maps.find(rsp)
-        if mapping is None:
-            maps = target.process.refresh_maps()
-            mapping = maps.find(rsp)
-        end = maps.region_end(rsp) if mapping is not None else None
-        if mapping is not None and end is not None:
-            record.stack_lo, record.stack_hi = mapping.start, end
-        else:
-            self.session.count("stack_outside_mappings")
+        self.stacks.record(self.targets[record.pid], self._state(record), capture)
 
     def _guard_agent(self, target: Target, fn: Callable[[], object]) -> None:
         try:
@@ -507,9 +333,9 @@ class Sampler:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
         for target in self.targets.values():
-            if target.agent is None and target.detect_until:  # still waiting for its runtime: give up
+            if target.detection_pending:  # still waiting for its runtime: give up
                 target.detect_until = 0.0
-                self._no_runtime_notice(target, target.detect_reasons)
+                self._notice(target.no_runtime_notice())
         for target in self.targets.values():
             counters = getattr(target.agent, "counters", None)
             if counters is not None:

@@ -17,110 +17,25 @@ the cheapest way to wake on "a thread stopped" (ptrace-costs.md: the wait domina
 
 from __future__ import annotations
 
-import array
 import contextlib
-import ctypes
 import errno
 import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
+from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
 from profiler.target.permissions import diagnose_attach_failure
+from profiler.target.priority import FifoPriority
 from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
 from profiler.target.process import TargetProcess
 
 #: backstop period of the alarm after a deadline has passed, in case the alarm fired between our check
 #: of the clock and the start of the blocking waitpid (there is no "pwaitpid" to close that race)
 _ALARM_BACKSTOP = 0.001
-
-#: SCHED_FIFO priority used during a capture; the level ptrace-costs.md section 3 measured
-_FIFO_PRIORITY = 10
-
-#: hold times kept for percentiles (a ring: a long recording does not grow it)
-HELD_TIMES = 1 << 16
-
-
-@dataclass(eq=False)
-class ThreadRecord:
-    """One seized thread. Keyed by ``(tid, start_time)`` wherever a cache outlives a tick."""
-
-    pid: int
-    tid: int
-    start_time: int
-    name: str
-    proc: ThreadProc
-    interrupt_pending: bool = False  #: PTRACE_INTERRUPT sent, stop not yet collected
-    group_stopped: bool = False  #: in a job-control stop that nprof keeps with PTRACE_LISTEN
-    stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
-    stack_hi: int = 0
-    gone: bool = False
-    user: object = None  #: the sampler's per-thread state, kept here to spare a lookup per tick
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.tid, self.start_time)
-
-
-class Slot:
-    """Preallocated destination of one thread's copy: registers and the stack window."""
-
-    __slots__ = ("regs", "buffer", "address", "size")
-
-    def __init__(self, size: int) -> None:
-        self.regs = pt.user_regs_struct()
-        self.buffer = ctypes.create_string_buffer(size)
-        self.address = ctypes.addressof(self.buffer)
-        self.size = size
-
-
-@dataclass
-class Capture:
-    """What one stopped thread yielded. Valid until the next ``Tracer.capture`` reuses its slot."""
-
-    thread: ThreadRecord
-    time: float
-    slot: Slot
-    stack_base: int
-    stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
-    window_full: bool  #: the whole configured window was copied, so the stack may go on above it
-    agent_data: object = None
-
-    @property
-    def stack(self) -> memoryview:
-        n = max(self.stack_len, 0)
-        return memoryview(self.slot.buffer).cast("B")[:n]
-
-
-@dataclass
-class TracerStats:
-    interrupts: int = 0
-    captures: int = 0
-    late_stops: int = 0  #: due threads that did not report their stop within their tick's window
-    late_captures: int = 0  #: of those, the stops copied when they came (the rest: exits, detach)
-    #: how long each thread was held: from nprof seeing its stop to resuming it (the last HELD_TIMES)
-    held_ns: array.array = field(default_factory=lambda: array.array("q"))
-    held_total_ns: int = 0
-
-    def note_held(self, ns: int) -> None:
-        self.held_total_ns += ns
-        if len(self.held_ns) < HELD_TIMES:
-            self.held_ns.append(ns)
-        else:
-            self.held_ns[self.captures % HELD_TIMES] = ns
-    signals_forwarded: int = 0
-    group_stops: int = 0
-    threads_seen: int = 0
-    threads_exited: int = 0
-
-
-#: agent hook called while a thread is stopped: (thread, regs) -> bytes-like or None
-AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], object]
-
 
 class Tracer:
     """Owns every thread nprof has seized, across one or more processes."""
@@ -142,8 +57,7 @@ class Tracer:
         self.late_captures: list[Capture] = []
         self._stack_readers: dict[int, pt.StackReader] = {}
         self._alarm: ThreadAlarm | None = None
-        self._fifo_ok = True
-        self._in_fifo = False
+        self._priority = FifoPriority()
 
     # --- attach / threads -------------------------------------------------------------------------------
 
@@ -188,17 +102,12 @@ class Tracer:
         except OSError:
             start = None
         if start is None:
-            self._forget_unstarted(tid)
-            return None
+            return None  # seized but already gone: its exit is reaped like any other event
         record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
         self.threads[tid] = record
         self._live[pid] = self._live.get(pid, 0) + 1
         self.stats.threads_seen += 1
         return record
-
-    def _forget_unstarted(self, tid: int) -> None:
-        # seized but vanished before we could open its /proc files: its exit event is reaped by pump
-        pass
 
     def _drop(self, record: ThreadRecord) -> None:
         if not record.gone:
@@ -307,7 +216,7 @@ class Tracer:
         window = self.stop_deadline if window is None else window
         deadline = time.monotonic() + window
         if fifo:
-            self._enter_fifo()
+            self._priority.enter()
         self._arm_alarm(window)
         try:
             while pending:
@@ -335,7 +244,7 @@ class Tracer:
                 on_stop(record, status)
         finally:
             if fifo:
-                self._leave_fifo()
+                self._priority.leave()
             if release:
                 self._release_held()
 
@@ -497,26 +406,6 @@ class Tracer:
             self._stack_readers.pop(pid, None)
         self.processes.clear()
         return list(waiting)
-
-    # --- scheduling priority ----------------------------------------------------------------------------
-
-    def _enter_fifo(self) -> None:
-        if not self._fifo_ok:
-            return
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(_FIFO_PRIORITY))
-            self._in_fifo = True
-        except (PermissionError, OSError):
-            self._fifo_ok = False  # not permitted here: fall back quietly, and stop trying
-
-    def _leave_fifo(self) -> None:
-        if self._in_fifo:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-            self._in_fifo = False
-
-    @property
-    def fifo_available(self) -> bool:
-        return self._fifo_ok
 
     # --- the alarm that bounds every blocking wait ------------------------------------------------------
 

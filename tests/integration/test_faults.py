@@ -48,7 +48,7 @@ def start_recording(pid: int, out: str, *extra: str) -> subprocess.Popen:
 def test_thread_churn(churn_fp, tmp_path):
     out = str(tmp_path / "churn.speedscope.json")
     with running_target([churn_fp]) as target:
-        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out)
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-r", "200", "-o", out)
         assert result.returncode == 0, result.stderr
         assert target.poll() is None, "the target must run on"
         assert_running_free(target.pid)

@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
     double end = now() + seconds;
     for (long b = 0; seconds <= 0 || now() < end; b++) {
         pthread_t t[4];
-        for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, churn_worker, (void *)(50000UL * (i + 1)));
+        /* 2-8 ms of work each: short-lived, yet long enough that a 200 Hz sampler meets several */
+        for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, churn_worker, (void *)(2000000UL * (i + 1)));
         for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
         if (b == 0 && ready_fd >= 0) {
             if (write(ready_fd, "ready\n", 6) != 6) return 1;

@@ -1,0 +1,126 @@
+"""From one capture to one counted sample, after the thread was resumed: unwind the native stack, decode
+the runtime's frames, merge them, intern the stack, classify the sample.
+
+A profile revisits the same stacks, and everything after the unwind and the runtime decode depends only on
+the frames: merge, anchor and lock-wait checks, building frame keys and interning run once per distinct
+(native, runtime) stack of a process (``Target.stack_memo``).
+"""
+
+from __future__ import annotations
+
+from profiler.config import SamplerConfig
+from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason
+from profiler.sampling.merge import MergeOutcome, merge
+from profiler.sampling.session import Session
+from profiler.sampling.target import Target, ThreadState
+from profiler.target import ptrace as pt
+from profiler.target.capture import Capture, ThreadRecord
+from profiler.unwind.stack import StackWindow
+
+#: distinct stacks remembered per process before the memo starts over (a bound on memory)
+MAX_STACK_MEMO = 1 << 17
+
+FrameKeys = tuple[tuple[int, int, int, int], ...]
+
+
+def dwarf_registers(capture: Capture) -> list[int]:
+    """The capture's registers in DWARF order (model.py): rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp, r8-r15, rip."""
+    r = capture.slot.regs
+    return [r.rax, r.rdx, r.rcx, r.rbx, r.rsi, r.rdi, r.rbp, r.rsp,
+            r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rip]  # fmt: skip
+
+
+class StackRecorder:
+    """Turns captures into the session's samples."""
+
+    def __init__(self, session: Session, config: SamplerConfig) -> None:
+        self.session = session
+        self.native = config.native
+
+    def record(self, target: Target, state: ThreadState, capture: Capture) -> None:
+        """Unwind, merge, classify and count one capture."""
+        session = self.session
+        r = capture.slot.regs
+        state.last_run_time = state.run_time_at_stop
+        state.fs_base = r.fs_base
+        cls = SampleClass.BLOCKED if pt.in_blocking_syscall(r.orig_rax, r.rax) else SampleClass.RUNNING
+        self._track_stack_mapping(target, capture.thread, r.rsp)
+        native: list[NativeFrame] = []
+        stop = StopReason.NO_STACK_COPY
+        if self.native:
+            if capture.stack_len < 0:
+                session.count("stack_read_errors")
+            window = StackWindow(capture.stack, capture.stack_base, capture.window_full)
+            unwound = target.unwinder.unwind(dwarf_registers(capture), window)
+            native, stop = unwound.frames, unwound.stop
+        runtime = self._runtime_frames(target, capture)
+        memo_key = (tuple(native), tuple(runtime), stop)
+        hit = target.stack_memo.get(memo_key)
+        if hit is None:
+            hit = self._stack_id(target, native, runtime, stop)
+            if len(target.stack_memo) >= MAX_STACK_MEMO:
+                target.stack_memo.clear()
+            target.stack_memo[memo_key] = hit
+        sid, in_gil_wait, outcome = hit
+        if outcome is not None:
+            session.count(outcome)
+        if runtime:
+            if in_gil_wait:
+                cls = SampleClass.GIL_WAIT
+            elif target.holds_gil is not None and target.holds_gil(capture.agent_data):
+                cls = SampleClass.GIL_HELD
+        state.last_stack, state.last_stop, state.last_class = sid, stop, cls
+        session.add_sample(state.index, sid, stop, cls)
+
+    def _stack_id(
+        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
+    ) -> tuple[int, bool, str | None]:
+        """The stack id of one distinct stack; whether it is inside the runtime's lock wait (``take_gil``);
+        the name of the merge counter it adds to, if its merge was not exact."""
+        keys, outcome = self._keys(target, native, runtime, stop)
+        in_gil_wait = bool(runtime) and any(target.flags(f)[1] for f in native)
+        exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME)
+        return self.session.intern_stack(keys), in_gil_wait, None if exact else f"merge_{outcome.name.lower()}"
+
+    def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
+        if target.agent is None or capture.agent_data is None:
+            return []
+        try:
+            return target.agent.frames(capture.agent_data)
+        except Exception:  # an agent bug costs this sample its runtime frames, not the recording
+            self.session.count("agent_decode_errors")
+            return []
+
+    def _keys(
+        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
+    ) -> tuple[FrameKeys, MergeOutcome]:
+        ai = target.agent_index
+        if not runtime:
+            return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native), MergeOutcome.NO_RUNTIME
+        if not self.native:  # --no-native: the runtime's frames alone, nothing to merge with
+            keys = tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)
+            return keys, MergeOutcome.NO_RUNTIME
+        anchors = [target.flags(f)[0] for f in native]
+        frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK)
+        keys = tuple(
+            (FrameKind.NATIVE, f.module, f.rel, 0)
+            if isinstance(f, NativeFrame)
+            else (FrameKind.RUNTIME, ai, f.code, f.offset)
+            for f in frames
+        )
+        return keys, outcome
+
+    def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
+        """Remember the stack mapping holding rsp, so the next copy stops at its end."""
+        if record.stack_lo <= rsp < record.stack_hi:
+            return
+        maps = target.process.maps
+        mapping = maps.find(rsp)
+        if mapping is None:
+            maps = target.process.refresh_maps()
+            mapping = maps.find(rsp)
+        end = maps.region_end(rsp) if mapping is not None else None
+        if mapping is not None and end is not None:
+            record.stack_lo, record.stack_hi = mapping.start, end
+        else:
+            self.session.count("stack_outside_mappings")

@@ -1,0 +1,92 @@
+"""One sampled process: its address space and unwinder, its managed runtime (if an agent recognises one),
+and the per-thread memory the sampler keeps between ticks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from profiler.config import SamplerConfig
+from profiler.model import NativeFrame, SampleClass, StopReason
+from profiler.runtime import Agent, AgentSession
+from profiler.target.process import TargetProcess
+from profiler.target.capture import ThreadRecord
+from profiler.unwind.address_space import AddressSpace
+from profiler.unwind.policy import NativeUnwinder
+
+#: how long a just-started process is given to load its runtime (libpython is mapped after exec)
+DETECT_GRACE = 5.0
+
+
+@dataclass
+class ThreadState:
+    """The sampler's memory of one thread between ticks."""
+
+    index: int  #: the session's thread index
+    fs_base: int = 0  #: the thread pointer: how a runtime before CPython 3.11 knows its threads
+    last_run_time: int = -1
+    run_time_at_stop: int = -1
+    last_stack: int | None = None
+    last_stop: StopReason = StopReason.REUSED
+    last_class: SampleClass = SampleClass.RUNNING
+
+
+class Target:
+    """One sampled process and its per-process machinery."""
+
+    def __init__(self, process: TargetProcess, space: AddressSpace, config: SamplerConfig) -> None:
+        self.process = process
+        self.space = space
+        self.unwinder = NativeUnwinder(space, config.max_frames)
+        self.agent: AgentSession | None = None
+        self.agent_index = -1
+        self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
+        self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
+        self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
+        self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
+        self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
+        #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
+        self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
+        self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
+
+    def detect(self, agents: Sequence[Agent], agent_index: Callable[[str], int], fresh: bool = False) -> bool:
+        """Look for a managed runtime. False if none (yet): ``fresh`` processes get a grace period in which
+        ``detection_pending`` asks for another look."""
+        reasons = []
+        for agent in agents:
+            session = agent.detect(self.process)
+            if session is not None:
+                self.agent = session
+                self.agent_index = agent_index(session.name)
+                self.refresh = getattr(session, "refresh", None)
+                self.holds_gil = getattr(session, "holds_gil", None)
+                self.detect_until = 0.0
+                return True
+            reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
+        self.detect_reasons = reasons
+        if fresh and reasons:
+            self.detect_until = time.monotonic() + DETECT_GRACE
+        return False
+
+    @property
+    def detection_pending(self) -> bool:
+        return self.agent is None and self.detect_until > 0
+
+    def no_runtime_notice(self) -> str:
+        p = self.process
+        return f"pid {p.pid} ({p.comm}): {'; '.join(self.detect_reasons)}; profiling native frames"
+
+    def flags(self, frame: NativeFrame) -> tuple[bool, bool]:
+        """(is an eval-loop anchor, is in the runtime's lock wait) for a native frame, asked of the agent
+        once per distinct frame."""
+        key = (frame.module, frame.rel)
+        hit = self._flags.get(key)
+        if hit is None:
+            agent = self.agent
+            is_gil_wait = getattr(agent, "is_gil_wait", None)
+            hit = self._flags[key] = (
+                agent is not None and agent.is_anchor(frame),
+                is_gil_wait is not None and is_gil_wait(frame),
+            )
+        return hit

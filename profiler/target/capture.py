@@ -1,0 +1,93 @@
+"""The tracer's value types: a seized thread, the preallocated buffers one copy goes into, what one stopped
+thread yielded, and the tracer's counters."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from profiler.target import ptrace as pt
+from profiler.target.procfs import ThreadProc
+
+#: hold times kept for percentiles (a ring: a long recording does not grow it)
+HELD_TIMES = 1 << 16
+
+
+@dataclass(eq=False)
+class ThreadRecord:
+    """One seized thread. Keyed by ``(tid, start_time)`` wherever a cache outlives a tick."""
+
+    pid: int
+    tid: int
+    start_time: int
+    name: str
+    proc: ThreadProc
+    interrupt_pending: bool = False  #: PTRACE_INTERRUPT sent, stop not yet collected
+    group_stopped: bool = False  #: in a job-control stop that nprof keeps with PTRACE_LISTEN
+    stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
+    stack_hi: int = 0
+    gone: bool = False
+    user: object = None  #: the sampler's per-thread state, kept here to spare a lookup per tick
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.tid, self.start_time)
+
+
+class Slot:
+    """Preallocated destination of one thread's copy: registers and the stack window."""
+
+    __slots__ = ("regs", "buffer", "address", "size")
+
+    def __init__(self, size: int) -> None:
+        self.regs = pt.user_regs_struct()
+        self.buffer = ctypes.create_string_buffer(size)
+        self.address = ctypes.addressof(self.buffer)
+        self.size = size
+
+
+@dataclass
+class Capture:
+    """What one stopped thread yielded. Valid until the next ``Tracer.capture`` reuses its slot."""
+
+    thread: ThreadRecord
+    time: float
+    slot: Slot
+    stack_base: int
+    stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
+    window_full: bool  #: the whole configured window was copied, so the stack may go on above it
+    agent_data: object = None
+
+    @property
+    def stack(self) -> memoryview:
+        n = max(self.stack_len, 0)
+        return memoryview(self.slot.buffer).cast("B")[:n]
+
+
+@dataclass
+class TracerStats:
+    interrupts: int = 0
+    captures: int = 0
+    late_stops: int = 0  #: due threads that did not report their stop within their tick's window
+    late_captures: int = 0  #: of those, the stops copied when they came (the rest: exits, detach)
+    #: how long each thread was held: from nprof seeing its stop to resuming it (the last HELD_TIMES)
+    held_ns: array.array = field(default_factory=lambda: array.array("q"))
+    held_total_ns: int = 0
+
+    signals_forwarded: int = 0
+    group_stops: int = 0
+    threads_seen: int = 0
+    threads_exited: int = 0
+
+    def note_held(self, ns: int) -> None:
+        self.held_total_ns += ns
+        if len(self.held_ns) < HELD_TIMES:
+            self.held_ns.append(ns)
+        else:
+            self.held_ns[self.captures % HELD_TIMES] = ns
+
+
+#: agent hook called while a thread is stopped: (thread, regs) -> bytes-like or None
+AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], object]

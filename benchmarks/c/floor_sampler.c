@@ -1,10 +1,12 @@
 /* The floor: a minimal C sampler making the same system calls per sample as nprof's capture loop.
  *
- * Per tick: list /proc/PID/task; per thread: pread schedstat, and if its run time grew, pread stat (nprof's
+ * Per tick: list /proc/PID/task (seizing new threads); per thread: pread schedstat, and if its run time grew, pread stat (nprof's
  * idle checks); then PTRACE_INTERRUPT every thread that ran, and as each reports its stop
  * (waitpid(-1, __WALL)): PTRACE_GETREGS, one process_vm_readv of the stack window into a preallocated
- * buffer, PTRACE_CONT. Ticks are paced with nanosleep. Prints JSON: stops ("captures"), ticks, sampler CPU
- * time and wall time of the sampling loop.
+ * buffer, PTRACE_CONT; then one waitpid(WNOHANG) for events between ticks (exits, signals to pass on, as
+ * nprof answers them too). Ticks are paced with nanosleep. Prints JSON: stops ("captures"), ticks, sampler CPU
+ * time and wall time of the sampling loop. It ends after SECONDS or when the target exits, whichever comes
+ * first, so it can also stand in as the floor of a whole recording (bench_python.py).
  *
  * usage: floor_sampler PID RATE SECONDS STACK_BYTES
  */
@@ -42,6 +44,41 @@ static double cpu_seconds(void) {
     return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
+static pid_t tids[MAX_THREADS];
+static int sched_fd[MAX_THREADS], stat_fd[MAX_THREADS], n = 0;
+static long last_run[MAX_THREADS];
+
+/* Seize the threads in /proc/PID/task that are not seized yet (all of them on the first call). */
+static void seize_new(pid_t pid) {
+    char path[256];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < MAX_THREADS) {
+        if (e->d_name[0] == '.') continue;
+        pid_t tid = atoi(e->d_name);
+        int known = 0;
+        for (int i = 0; i < n && !known; i++) known = tids[i] == tid;
+        if (known || ptrace(PTRACE_SEIZE, tid, 0, 0) != 0) continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
+        sched_fd[n] = open(path, O_RDONLY);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
+        stat_fd[n] = open(path, O_RDONLY);
+        last_run[n] = -1;
+        tids[n++] = tid;
+    }
+    if (d) closedir(d);
+}
+
+/* A thread reported its exit: stop looking at it. */
+static void forget(pid_t tid) {
+    for (int i = 0; i < n; i++)
+        if (tids[i] == tid && sched_fd[i] >= 0) {
+            close(sched_fd[i]);
+            sched_fd[i] = -1;
+        }
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: %s PID RATE SECONDS STACK_BYTES\n", argv[0]);
@@ -50,51 +87,42 @@ int main(int argc, char **argv) {
     pid_t pid = atoi(argv[1]);
     double rate = atof(argv[2]), seconds = atof(argv[3]);
     size_t stack_bytes = strtoul(argv[4], NULL, 10);
-    char path[256], buf[512];
-    pid_t tids[MAX_THREADS];
-    int sched_fd[MAX_THREADS], stat_fd[MAX_THREADS], n = 0;
-    long last_run[MAX_THREADS];
-    snprintf(path, sizeof path, "/proc/%d/task", pid);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d)) && n < MAX_THREADS) {
-        if (e->d_name[0] == '.') continue;
-        pid_t tid = atoi(e->d_name);
-        if (ptrace(PTRACE_SEIZE, tid, 0, 0) != 0) continue;
-        snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
-        sched_fd[n] = open(path, O_RDONLY);
-        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
-        stat_fd[n] = open(path, O_RDONLY);
-        last_run[n] = -1;
-        tids[n++] = tid;
-    }
+    char buf[512];
+    seize_new(pid);
     char *window = malloc(stack_bytes * MAX_THREADS);
     double *held = malloc(sizeof(double) * MAX_HELD);
     struct user_regs_struct regs;
     long samples = 0, ticks = 0;
     double start = now(), cpu0 = cpu_seconds(), next = start;
-    while (now() - start < seconds) {
-        snprintf(path, sizeof path, "/proc/%d/task", pid);
-        DIR *t = opendir(path);
-        while (t && readdir(t)) {
-        }
-        if (t) closedir(t);
-        int due = 0;
+    int gone = 0; /* the target exited: end the loop, still report */
+    while (!gone && now() - start < seconds) {
+        seize_new(pid); /* threads that appeared are sampled from their start, as nprof does */
+        int due = 0, alive = 0;
         for (int i = 0; i < n; i++) {
+            if (sched_fd[i] < 0) continue;
             ssize_t len = pread(sched_fd[i], buf, sizeof buf - 1, 0);
-            if (len <= 0) return 1;
+            if (len <= 0) { /* this thread exited (ESRCH): stop looking at it */
+                close(sched_fd[i]);
+                sched_fd[i] = -1;
+                continue;
+            }
+            alive++;
             buf[len] = 0;
             long run = atol(buf);
             if (last_run[i] >= 0 && run - last_run[i] <= 100000) continue; /* idle: not stopped */
             last_run[i] = run;
-            if (pread(stat_fd[i], buf, sizeof buf, 0) < 0) return 1;
-            ptrace(PTRACE_INTERRUPT, tids[i], 0, 0);
-            due++;
+            if (pread(stat_fd[i], buf, sizeof buf, 0) < 0) continue;
+            if (ptrace(PTRACE_INTERRUPT, tids[i], 0, 0) == 0) due++;
         }
+        if (!alive) break;
         for (int k = 0; k < due; k++) {
             int status;
             pid_t tid = waitpid(-1, &status, __WALL);
-            if (tid < 0) return 1;
+            if (tid < 0) { gone = 1; break; } /* ECHILD: no tracee left */
+            if (!WIFSTOPPED(status)) { /* it exited instead of stopping */
+                forget(tid);
+                continue;
+            }
             double seen = now();
             ptrace(PTRACE_GETREGS, tid, 0, &regs);
             struct iovec local = {window + (size_t)k * stack_bytes, stack_bytes};
@@ -104,6 +132,15 @@ int main(int argc, char **argv) {
             if (samples < MAX_HELD) held[samples] = now() - seen;
             samples++;
         }
+        int status;
+        pid_t tid;
+        while ((tid = waitpid(-1, &status, __WALL | WNOHANG)) > 0) { /* events between ticks */
+            if (!WIFSTOPPED(status))
+                forget(tid); /* the exit of a thread that was not due */
+            else /* a signal-delivery-stop: pass the signal on */
+                ptrace(PTRACE_CONT, tid, 0, status >> 16 ? 0 : WSTOPSIG(status));
+        }
+        if (tid < 0) gone = 1; /* ECHILD: no tracee left */
         ticks++;
         next += 1.0 / rate;
         double wait = next - now();

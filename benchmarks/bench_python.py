@@ -3,17 +3,22 @@
 For a pure-Python chain (one thread) and an 8-thread target (4 CPU-bound, 2 sleeping, 2 blocked), at
 100 Hz and 1000 Hz, each profiler records the target while it does a fixed amount of work:
 
-* slowdown: the target's elapsed time over an unprofiled run of the same repetition;
+* slowdown: the target's elapsed time over an unprofiled run made just before it (paired: on this shared
+  machine the speed drifts within minutes, and a per-repetition baseline let one slow run skew a whole row);
 * profiler CPU per sample: the profiler process's user+system time over the samples it took;
-* achieved rate: ticks per second of recording (nprof: its tick counter; py-spy: its "Samples:" count).
+* achieved rate: samples per second of the target's run as each tool counts them (nprof: its summary
+  line; py-spy: its "Samples:" count; austin: the sample total of its statistics; the floor: its stops).
 
 A second part measures throughput: each profiler pinned to CPU 0 with the target pinned to CPU 1, at a
-rate no sampler reaches, gives the samples it takes per second of one core.
+rate no sampler reaches, gives the stacks it copies per second of one core (``captures_of``).
 
 Profilers: nprof (native + Python, the default; and --no-native), py-spy record (Python only) and
-py-spy record --native, py-spy installed from the Python package index into benchmarks/.venv
-(benchmarks/setup.sh). Repetitions are interleaved and ratios taken per repetition (this 2-vCPU machine
-is shared, see ../shared/reference/ptrace-costs.md).
+py-spy record --native, austin (Python only; it reads the target's memory without stopping it) and
+austinp (austin's native variant, ptrace + libunwind), all installed from the Python package index into
+benchmarks/.venv (benchmarks/setup.sh; austin-dist 3.7, as 4.0 needs a newer glibc). The "floor" row is
+benchmarks/c/floor_sampler.c, compiled here: registers and a 64 KiB stack window per sample, no Python
+frames, no unwinding; the least any sampler that stops its target for a native stack costs it.
+Repetitions are interleaved (this 2-vCPU machine is shared, see ../shared/reference/ptrace-costs.md).
 
 usage: python -m benchmarks.bench_python [--reps 3] [--interpreter PATH]
 """
@@ -30,22 +35,35 @@ import sys
 import tempfile
 import time
 
+from benchmarks.bench_capture import build
 from benchmarks.results import RESULTS, write_rows
+from profiler.model import StopReason
+from profiler.sampling.session import Session
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_BIN = os.path.join(HERE, ".venv", "bin")
 TARGET = os.path.join(HERE, "targets", "py_work.py")
 UNITS = {"chain": 300, "threads": 320}  # about 1.5 s of work unprofiled (3.12 here)
+PROFILERS = ("floor", "nprof", "nprof --no-native", "py-spy", "py-spy --native", "austin", "austin --native")
+FLOOR_WINDOW = 64 * 1024  #: nprof's default --stack-bytes
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def profilers(rate: int, out_dir: str) -> dict[str, list[str]]:
+def profilers(rate: int, out_dir: str, floor: str) -> dict[str, list[str]]:
+    """Each profiler's command line; "PID" stands for the target. The last argument is the output file,
+    except for the floor sampler, which writes none."""
     nprof = [sys.executable, "-m", "profiler", "record", "-r", str(rate), "--pid", "PID"]
     pyspy = [os.path.join(VENV_BIN, "py-spy"), "record", "-r", str(rate), "-f", "raw", "--pid", "PID"]
+    interval = f"{max(1, round(1e6 / rate))}us"
     return {
+        "floor": [floor, "PID", str(rate), "600", str(FLOOR_WINDOW)],  # ends when the target exits
         "nprof": [*nprof, "-o", os.path.join(out_dir, "n.nprof")],
         "nprof --no-native": [*nprof, "--no-native", "-o", os.path.join(out_dir, "nn.nprof")],
         "py-spy": [*pyspy, "-o", os.path.join(out_dir, "p.txt")],
         "py-spy --native": [*pyspy, "--native", "-o", os.path.join(out_dir, "pn.txt")],
+        "austin": [os.path.join(VENV_BIN, "austin"), "-i", interval, "-p", "PID", "-o", os.path.join(out_dir, "a.txt")],
+        "austin --native": [os.path.join(VENV_BIN, "austinp"), "-i", interval, "-p", "PID",
+                            "-o", os.path.join(out_dir, "an.txt")],  # fmt: skip
     }
 
 
@@ -53,6 +71,19 @@ def attached(pid: int, tracer_pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as f:
             return any(line.startswith("TracerPid:") and int(line.split()[1]) == tracer_pid for line in f)
+    except OSError:
+        return False
+
+
+def started(pid: int, profiler: subprocess.Popen, output: str | None) -> bool:
+    """The profiler is sampling: it ptrace-attached the target, or (austin, which never stops the target)
+    it wrote its output header."""
+    if attached(pid, profiler.pid):
+        return True
+    if output is None:
+        return False
+    try:
+        return os.path.getsize(output) > 0
     except OSError:
         return False
 
@@ -72,9 +103,12 @@ def run_once(python: str, mode: str, profiler: list[str] | None, pin: tuple[str,
             cmd = [a.replace("PID", str(target.pid)) for a in profiler]
             if pin:
                 cmd = ["taskset", "-c", pin[0], *cmd]
+            out_file = profiler[-1] if os.path.isabs(profiler[-1]) else None
+            if out_file and os.path.exists(out_file):
+                os.unlink(out_file)
             prof = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             deadline = time.monotonic() + 30
-            while not attached(target.pid, prof.pid) and prof.poll() is None and time.monotonic() < deadline:
+            while not started(target.pid, prof, out_file) and prof.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.005)  # polls the target's state, not a synchronisation by sleeping
             time.sleep(0.3)  # let the profiler finish its start-up before the timed work begins
         target.stdin.write(b"x")
@@ -92,13 +126,32 @@ def run_once(python: str, mode: str, profiler: list[str] | None, pin: tuple[str,
         if target.poll() is None:
             target.kill()
             target.wait()
-    return {"elapsed": elapsed, "cpu": cpu, "samples": samples_of(output, profiler)}
+    samples = samples_of(output, profiler)
+    return {"elapsed": elapsed, "cpu": cpu, "samples": samples, "captures": captures_of(profiler, samples)}
+
+
+def captures_of(profiler: list[str] | None, samples: int) -> int:
+    """Stacks actually copied from the target. nprof also counts a sample for a thread whose run time
+    grew less than IDLE_EPSILON_NS since its last one, reusing that stack without stopping it (right for
+    an idle thread; at the throughput part's rates it also catches a busy thread whose run time the kernel
+    has not accounted yet, docs/benchmarks.md section 5): its session's stop reasons tell the two apart.
+    The other tools copy every sample."""
+    if not profiler or not profiler[-1].endswith(".nprof") or not os.path.exists(profiler[-1]):
+        return samples
+    counts = Session.load(profiler[-1]).stop_reason_counts()
+    return sum(counts.values()) - counts.get(StopReason.REUSED.label, 0)
 
 
 def samples_of(output: str, profiler: list[str] | None) -> int:
     if profiler is None:
         return 0
+    m = re.search(r'"captures": (\d+)', output)  # the floor sampler
+    if m:
+        return int(m.group(1))
     m = re.search(r"Samples: (\d+)", output)  # py-spy
+    if m:
+        return int(m.group(1))
+    m = re.search(r"Long sampling rate\s*:\s*\d+/(\d+)", ANSI.sub("", output))  # austin
     if m:
         return int(m.group(1))
     m = re.search(r"([\d,]+) samples of", output)  # nprof
@@ -114,16 +167,19 @@ def main() -> None:
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as out_dir:
+        floor = build(out_dir)["floor_sampler"]
         for rep in range(args.reps):
             for mode in ("chain", "threads"):
                 for rate in (100, 1000):
-                    base = run_once(args.interpreter, mode, None)["elapsed"]
-                    for name, cmd in profilers(rate, out_dir).items():
+                    for name, cmd in profilers(rate, out_dir, floor).items():
+                        base = run_once(args.interpreter, mode, None)["elapsed"]
                         run = run_once(args.interpreter, mode, cmd)
                         rows.append({"rep": rep, "mode": mode, "rate": rate, "profiler": name, "baseline": base,
                                      "slowdown": run["elapsed"] / base, **run})  # fmt: skip
                         print(json.dumps(rows[-1]), file=sys.stderr)
-            for name, cmd in profilers(20000, out_dir).items():
+            for name, cmd in profilers(20000, out_dir, floor).items():
+                if name == "floor":
+                    continue  # it paces itself and skips a thread that ran < 100 us: no throughput figure
                 run = run_once(args.interpreter, "chain", cmd, pin=("0", "1"))
                 rows.append({"rep": rep, "mode": "throughput", "rate": 20000, "profiler": name, **run})
                 print(json.dumps(rows[-1]), file=sys.stderr)
@@ -132,24 +188,49 @@ def main() -> None:
 
 
 def table(rows: list[dict]) -> str:
+    """The three tables of docs/benchmarks.md section 4, medians over repetitions."""
     med = statistics.median
-    out = ["| target | rate | profiler | slowdown | profiler CPU µs/sample | samples/s |", "|---|---|---|---|---|---|"]
+    names = [n for n in PROFILERS if any(r["profiler"] == n for r in rows)]
+    header = "| " + " | ".join(names) + " |"
+    rule = "|---|---|" + "---|" * len(names)
+    out = ["Slowdown (elapsed / paired unprofiled run; median, with the range over repetitions):", "",
+           "| target | rate " + header, rule]  # fmt: skip
     for mode in ("chain", "threads"):
         for rate in (100, 1000):
-            for name in ("nprof", "nprof --no-native", "py-spy", "py-spy --native"):
-                rs = [r for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, rate, name)]
-                if not rs:
-                    continue
-                cpu = med(1e6 * r["cpu"] / r["samples"] for r in rs if r["samples"])
-                rate_hz = med(r["samples"] / r["elapsed"] for r in rs)
-                out.append(f"| {mode} | {rate} Hz | {name} | {med(r['slowdown'] for r in rs):.3f} | {cpu:.0f} | "
-                           f"{rate_hz:.0f} |")  # fmt: skip
-    out += ["", "| throughput (profiler on CPU 0, target on CPU 1) | samples/s | profiler CPU µs/sample |", "|---|---|---|"]
-    for name in ("nprof", "nprof --no-native", "py-spy", "py-spy --native"):
-        rs = [r for r in rows if r["mode"] == "throughput" and r["profiler"] == name]
+            cells = []
+            for name in names:
+                v = [r["slowdown"] for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, rate, name)]
+                cells.append(f"{med(v):.2f} ({min(v):.2f}–{max(v):.2f})" if v else "—")
+            out.append(f"| {mode} | {rate} Hz | " + " | ".join(cells) + " |")
+    out += ["", "Marginal profiler CPU per sample, µs ((CPU at 1000 Hz - CPU at 100 Hz) / extra samples, per "
+            "repetition; median):", "", "| target " + header, "|---|" + "---|" * len(names)]  # fmt: skip
+    for mode in ("chain", "threads"):
+        cells = []
+        for name in names:
+            v = []
+            for rep in sorted({r["rep"] for r in rows}):
+                pick = {r["rate"]: r for r in rows if (r["mode"], r["profiler"], r["rep"]) == (mode, name, rep)}
+                lo, hi = pick.get(100), pick.get(1000)
+                if lo and hi and hi["samples"] > lo["samples"]:
+                    v.append(1e6 * (hi["cpu"] - lo["cpu"]) / (hi["samples"] - lo["samples"]))
+            cells.append(f"{med(v):.0f}" if v else "—")
+        out.append(f"| {mode} | " + " | ".join(cells) + " |")
+    out += ["", "Achieved rate at 1000 Hz (samples per second of the target's run, as each tool counts them):",
+            "", "| target " + header, "|---|" + "---|" * len(names)]  # fmt: skip
+    for mode in ("chain", "threads"):
+        cells = []
+        for name in names:
+            v = [r["samples"] / r["elapsed"] for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, 1000, name)]
+            cells.append(f"{med(v):.0f}" if v else "—")
+        out.append(f"| {mode} | " + " | ".join(cells) + " |")
+    out += ["", "| throughput (profiler on CPU 0, target on CPU 1) | stacks copied/s | samples counted/s "
+            "| profiler CPU µs/stack copied |", "|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        rs = [r for r in rows if r["mode"] == "throughput" and r["profiler"] == name and name != "floor"]
         if rs:
-            out.append(f"| {name} | {med(r['samples'] / r['elapsed'] for r in rs):.0f} | "
-                       f"{med(1e6 * r['cpu'] / r['samples'] for r in rs if r['samples']):.0f} |")  # fmt: skip
+            out.append(f"| {name} | {med(r['captures'] / r['elapsed'] for r in rs):.0f} | "
+                       f"{med(r['samples'] / r['elapsed'] for r in rs):.0f} | "
+                       f"{med(1e6 * r['cpu'] / r['captures'] for r in rs if r['captures']):.0f} |")  # fmt: skip
     return "\n".join(out)
 
 

@@ -43,9 +43,11 @@ class StackCapture:
     """One thread's copy. ``frames`` are innermost first: ``(frame addr, code addr, position, flags)``, where
     position is ``f_lasti`` (<=3.10) or the instruction pointer (3.11+) and flags is ``owner | is_entry << 8``
     (0 on <=3.10). ``headers[i]`` is the offset in ``raw`` of frame i's code identity header, or -1
-    (unreadable, or a shim)."""
+    (unreadable, or a shim). ``raw`` is a view of the reader's buffer, valid only during the stop: the code
+    objects are identified from it there (``CodeCache.decode_new``), which fills ``keys``, frame i's code
+    key (None: not a code object), the only thing decoding needs after resume."""
 
-    __slots__ = ("tid", "tstate", "status", "holds_gil", "frames", "headers", "raw")
+    __slots__ = ("tid", "tstate", "status", "holds_gil", "frames", "headers", "raw", "keys")
 
     def __init__(self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK) -> None:
         self.tid = tid
@@ -54,7 +56,8 @@ class StackCapture:
         self.holds_gil: bool | None = None
         self.frames: list[tuple[int, int, int, int]] = []
         self.headers: list[int] = []
-        self.raw = b""
+        self.raw: bytes | memoryview = b""
+        self.keys: list[int | None] = []
 
     def __repr__(self) -> str:
         return f"StackCapture(tid={self.tid}, {self.status.name}, {len(self.frames)} frames, gil={self.holds_gil})"
@@ -180,9 +183,9 @@ class ChainCopier:
     def _copy_headers(self, reader: ScatterReader, out: StackCapture) -> list[int]:
         """Copy the identity header of each distinct code object on the stack; returns those objects.
 
-        The headers stay where the reads put them: ``out.raw`` is one copy of the buffer and
-        ``out.headers[i]`` frame i's header offset in it (-1: none), which is cheaper during the stop than
-        one bytes object per frame."""
+        The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
+        stop; it is read before the reader's next capture) and ``out.headers[i]`` frame i's header offset
+        in it (-1: none)."""
         csize, where, done = self.code_size, reader.plan.where, reader.done
         offsets: dict[int, int] = {}
         missing: list[int] = []
@@ -201,5 +204,5 @@ class ChainCopier:
         if missing:
             offsets.update(zip(missing, reader.read_many(missing, csize)))
         out.headers = [offsets[frame[1]] for frame in out.frames]
-        out.raw = reader.view[: reader.tail].tobytes()
+        out.raw = reader.view[: reader.tail]
         return [code for code, off in offsets.items() if off >= 0]

@@ -21,9 +21,10 @@ allocations, and a new code object may be allocated at the same address; while t
 initialised its header still holds the dead object's fields with a live refcount, so a re-read of the
 header passes while the strings already belong to another function (seen here once in ~15,000 samples of
 a churning target: ``f_7217_line_120`` shown in file ``<churn-7218>``). Known code objects cost a dict
-lookup and a tuple comparison during the stop; after resume only cached entries are used
-(``decode=False``). ``_decode`` still re-reads the header after the strings, as a guard against a pointer
-that was not a live code object at all.
+lookup and a tuple comparison during the stop. Each frame's key is settled there and kept in the capture
+(``StackCapture.keys``), so decoding after resume neither reads the target nor looks a code object up
+again. ``_decode`` still re-reads the header after the strings, as a guard against a pointer that was not
+a live code object at all.
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
@@ -113,10 +114,10 @@ class CodeCache:
         self._generation: dict[int, int] = {}
         self.stats = CodeStats()
 
-    def identify(self, addr: int, raw: bytes, offset: int, decode: bool = True) -> int | None:
+    def identify(self, addr: int, raw: bytes | memoryview, offset: int) -> int | None:
         """The key of the code object at ``addr`` whose identity header was captured at ``raw[offset:]``;
         None if it is not a code object (the caller truncates the stack there). A code object not seen
-        before is decoded if ``decode`` (during the stop), else it is UNKNOWN_KEY (after resume)."""
+        before is decoded now, so call this during the stop only."""
         if offset < 0 or offset + self._ident.size > len(raw):
             return None
         ident = self._ident.unpack_from(raw, offset)
@@ -126,8 +127,6 @@ class CodeCache:
         if ident[self._field["ob_type"]] != self._code_type:
             self.stats.not_code += 1
             return None
-        if not decode:
-            return UNKNOWN_KEY  # its stop-time decoding failed: nothing read now would be trustworthy
         info = self._decode(addr, ident)
         if info is None:
             self.stats.unreadable += 1
@@ -139,12 +138,13 @@ class CodeCache:
         return info.key
 
     def decode_new(self, capture: StackCapture) -> None:
-        """During the stop: decode every code object of the capture not seen before (see the module's
-        docstring for why it cannot wait until after resume)."""
-        raw = capture.raw
-        for (_frame, code, _position, _flags), header in zip(capture.frames, capture.headers):
-            if header >= 0:
-                self.identify(code, raw, header)
+        """During the stop: settle every frame's key in ``capture.keys``, decoding the code objects not seen
+        before (see the module's docstring for why it cannot wait until after resume)."""
+        raw, identify = capture.raw, self.identify
+        capture.keys = [
+            identify(code, raw, header) if header >= 0 else None
+            for (_frame, code, _position, _flags), header in zip(capture.frames, capture.headers)
+        ]
 
     def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
         """Read names, file and line table (after resume), then check the code object is still the one the

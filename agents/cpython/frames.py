@@ -21,7 +21,7 @@ past a bad frame nothing can be trusted.
 from __future__ import annotations
 
 from agents.cpython.capture import StackCapture
-from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
+from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY
 from agents.cpython.layout import FrameKind, FrameLayout
 from profiler.model import RuntimeFrame
 
@@ -38,15 +38,13 @@ def instruction_offset(frame: FrameLayout, code_adaptive: int, code: int, positi
     return index if -1 <= index < MAX_INSTRUCTION else -1
 
 
-def decode_frames(
-    capture: StackCapture, codes: CodeCache, frame: FrameLayout, code_adaptive: int
-) -> tuple[list[RuntimeFrame], bool]:
-    """The capture's frames, and whether a bad code pointer cut them short."""
+def decode_frames(capture: StackCapture, frame: FrameLayout, code_adaptive: int) -> tuple[list[RuntimeFrame], bool]:
+    """The capture's frames, and whether a bad code pointer cut them short. Uses the keys settled during
+    the stop (``CodeCache.decode_new``): nothing is read from the target or looked up here."""
     out: list[RuntimeFrame] = []
     every_frame_entry = frame.kind is FrameKind.FRAME_OBJECT
     shims = frame.shim_owners
-    raw = capture.raw
-    for (_addr, code, position, flags), header in zip(capture.frames, capture.headers):
+    for (_addr, code, position, flags), key in zip(capture.frames, capture.keys):
         if flags in shims:
             if out and not out[-1].shim:
                 out[-1] = out[-1]._replace(entry=True)
@@ -54,7 +52,6 @@ def decode_frames(
             else:
                 out.append(RuntimeFrame(SHIM_KEY, -1, True, True))
             continue
-        key = codes.identify(code, raw, header, decode=False)  # decoded during the stop, or unknown
         if key is None:
             return out, True
         offset = -1 if key == UNKNOWN_KEY else instruction_offset(frame, code_adaptive, code, position)

@@ -173,7 +173,7 @@ class CPythonSession:
             else:
                 self.stats.unreadable += 1
             return []
-        frames, cut = decode_frames(capture, self.codes, self.layout.frame, self._code_adaptive)
+        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive)
         if cut and not status.truncated:
             self.stats.truncated += 1
         return frames

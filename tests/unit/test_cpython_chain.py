@@ -178,7 +178,7 @@ def decode(target: FakeTarget, stack, codes: CodeCache | None = None):
     codes = codes or CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
     codes.decode_new(stack)
     adaptive = target.layout.code.code_adaptive or 0
-    return decode_frames(stack, codes, target.layout.frame, adaptive), codes
+    return decode_frames(stack, target.layout.frame, adaptive), codes
 
 
 def names_of(codes: CodeCache, frames) -> list[str]:
@@ -426,6 +426,6 @@ def test_strings_reused_after_the_stop_do_not_rename_a_function(target):
         text = struct.unpack_from("<Q", target.heap, code_b + field - HEAP)[0] + o.unicode_ascii_size
         target.heap[text - HEAP] = ord("z")  # "b" -> "z", "Q.b" -> "z.b", "b.py" -> "z.py"
     adaptive = target.layout.code.code_adaptive or 0
-    frames, _cut = decode_frames(stack, codes, target.layout.frame, adaptive)  # after resume
+    frames, _cut = decode_frames(stack, target.layout.frame, adaptive)  # after resume
     info_b = codes.get(frames[1].code)
     assert info_b.name.endswith("b") and info_b.filename == "b.py"

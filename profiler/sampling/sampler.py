@@ -118,8 +118,7 @@ class Sampler:
     def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
         if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
-            if target.detect_reasons:
-                self._notice(target.no_runtime_notice())
+            self._no_runtime(target)
         self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
         return target
@@ -132,8 +131,13 @@ class Sampler:
                 continue
             target.process.refresh_maps()
             if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
-                target.detect_until = 0.0
-                self._notice(target.no_runtime_notice())
+                self._no_runtime(target)
+
+    def _no_runtime(self, target: Target) -> None:
+        """Stop looking for a runtime in ``target`` and say why it is profiled natively."""
+        target.detect_until = 0.0
+        if target.detect_reasons:
+            self._notice(target.no_runtime_notice())
 
     def _notice(self, message: str) -> None:
         self.session.meta.notices.append(message)
@@ -334,9 +338,7 @@ class Sampler:
         self.session.counters["ticks"] = self.ticks
         for target in self.targets.values():
             if target.detection_pending:  # still waiting for its runtime: give up
-                target.detect_until = 0.0
-                self._notice(target.no_runtime_notice())
-        for target in self.targets.values():
+                self._no_runtime(target)
             counters = getattr(target.agent, "counters", None)
             if counters is not None:
                 for name, value in counters().items():

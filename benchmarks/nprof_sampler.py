@@ -26,7 +26,7 @@ class CaptureOnlySampler(Sampler):
 
     def record(self, capture: Capture) -> None:
         state = self._state(capture.thread)
-        state.last_run_time = state.run_time_at_stop
+        state.sampled()
         state.last_stack = -1  # "known", so idle threads are reused as in a real recording
         r = capture.slot.regs
         blocked = pt.in_blocking_syscall(r.orig_rax, r.rax)

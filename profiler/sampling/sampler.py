@@ -4,7 +4,10 @@ them, and only then (with every thread running again) has ``stacks.py`` unwind, 
 Which threads are stopped (DESIGN.md section 2):
 
 * a thread whose schedstat run time has not grown since its previous sample has the same stack: it is not
-  stopped, its previous stack is counted again (RUNNING if it waits for a CPU, IDLE if it sleeps);
+  stopped, its previous stack is counted again (RUNNING if it waits for a CPU, IDLE if it sleeps). The
+  exception is a thread that was switched onto a CPU since (schedstat's timeslice count) and is running:
+  the kernel has not accounted its time yet, which at rates above the scheduler's tick rate is the usual
+  case for a busy thread;
 * a thread that has run but is asleep in the kernel now is not stopped either (a ptrace stop can make some
   syscalls return EINTR in the target, signal(7)); it is counted BLOCKED with its last stack, unless
   ``interrupt_sleeping`` asks for exact idle stacks;
@@ -241,28 +244,40 @@ class Sampler:
     def _reuse(self, record: ThreadRecord, state: ThreadState) -> bool:
         """Count a sample without stopping the thread, when its stack cannot have changed (or must not be
         disturbed). False means: stop it."""
-        run_time = record.proc.run_time()
-        if run_time is None:
+        sched = record.proc.schedstat()
+        if sched is None:
             return True  # gone; the tracer drops it when its exit is reaped
+        run_time, slices = sched
+        letter = None
         if 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS and state.last_stack is not None:
-            # It has not run since its last sample: same stack. Asleep then, asleep now (it cannot have
-            # woken without running); otherwise it may wait for a CPU, which is busy, not idle.
-            cls = state.last_class
-            if not cls.is_idle and record.proc.state() != "R":
-                cls = SampleClass.IDLE
-            state.last_class = cls
-            self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
-            return True
+            # Its accounted run time has not grown. So it has not run since its last sample, or it has
+            # been on a CPU all along since it was put there, its time not yet accounted (that waits for a
+            # scheduler tick while it stays on the CPU). The second shows as a switch-in since the last
+            # sample and the state R now; a stopped thread is switched in again when it is resumed.
+            switched_in = slices != state.last_slices
+            if switched_in or not state.last_class.is_idle:
+                letter = record.proc.state()
+            if not (switched_in and letter == "R"):
+                # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise
+                # it may wait for a CPU, which is busy, not idle.
+                cls = state.last_class
+                if not cls.is_idle and letter != "R":
+                    cls = SampleClass.IDLE
+                state.last_class = cls
+                state.last_slices = slices
+                self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
+                return True
         if not self.config.interrupt_sleeping:
-            letter = record.proc.state()
+            if letter is None:
+                letter = record.proc.state()
             if letter in _ASLEEP or letter in _HALTED:
                 # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
-                state.last_run_time = run_time
+                state.last_run_time, state.last_slices = run_time, slices
                 if state.last_stack is not None:
                     state.last_class = SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE
                     self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, state.last_class)
                 return True
-        state.run_time_at_stop = run_time
+        state.run_time_at_stop, state.slices_at_stop = run_time, slices
         return False
 
     def agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:

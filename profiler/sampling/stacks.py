@@ -41,7 +41,7 @@ class StackRecorder:
         """Unwind, merge, classify and count one capture."""
         session = self.session
         r = capture.slot.regs
-        state.last_run_time = state.run_time_at_stop
+        state.sampled()
         state.fs_base = r.fs_base
         cls = SampleClass.BLOCKED if pt.in_blocking_syscall(r.orig_rax, r.rax) else SampleClass.RUNNING
         self._track_stack_mapping(target, capture.thread, r.rsp)

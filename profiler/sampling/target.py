@@ -25,11 +25,19 @@ class ThreadState:
 
     index: int  #: the session's thread index
     fs_base: int = 0  #: the thread pointer: how a runtime before CPython 3.11 knows its threads
-    last_run_time: int = -1
-    run_time_at_stop: int = -1
+    last_run_time: int = -1  #: schedstat run time (ns) as of the thread's last sample
+    last_slices: int = -1  #: schedstat timeslices (switches onto a CPU) as of the last sample
+    run_time_at_stop: int = -1  #: both, as read just before the stop now in progress
+    slices_at_stop: int = -1
     last_stack: int | None = None
     last_stop: StopReason = StopReason.REUSED
     last_class: SampleClass = SampleClass.RUNNING
+
+    def sampled(self) -> None:
+        """The stop in progress yielded a sample: later idle checks compare against the schedstat read
+        before it."""
+        self.last_run_time = self.run_time_at_stop
+        self.last_slices = self.slices_at_stop
 
 
 class Target:

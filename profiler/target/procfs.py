@@ -119,17 +119,23 @@ class ThreadProc:
             os.close(self._schedstat_fd)
             raise
 
-    def run_time(self) -> int | None:
-        """Nanoseconds the thread has run on a CPU (schedstat field 1), or None once it is gone."""
+    def schedstat(self) -> tuple[int, int] | None:
+        """``(run time in ns, timeslices)``: schedstat fields 1 and 3, or None once the thread is gone.
+
+        Field 3 counts how many times the thread was put on a CPU (Documentation/scheduler/sched-stats.rst,
+        "pcount"). The kernel bumps it at the switch-in itself, whereas field 1 of a thread that stays on a
+        CPU is only brought up to date at a scheduler tick (every 4 ms at HZ=250) or when it leaves the CPU.
+        """
         try:
             data = os.pread(self._schedstat_fd, 128, 0)
         except OSError as e:
             if e.errno in (errno.ESRCH, errno.ENOENT):
                 return None
             raise
-        if not data:
+        fields = data.split()
+        if len(fields) < 3:
             return None
-        return int(data[: data.index(b" ")])
+        return int(fields[0]), int(fields[2])
 
     def state(self) -> str | None:
         """The one-letter scheduler state (proc(5) field 3): R running, S sleeping, D disk sleep, T/t stopped."""

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from profiler.model import StopReason
+from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share
 from tests.support.targets import assert_running_free, run_nprof, running_target
 
@@ -107,3 +109,19 @@ def test_stack_window_size(chain_fp, tmp_path, stack_bytes):
         assert any(s[-1] == "spin" and s.count("recurse") > 3 for s in profile.stacks)
     else:
         assert full > 0
+
+
+def test_busy_thread_is_stopped_at_rates_above_the_scheduler_tick(chain_fp, tmp_path):
+    """At 1 kHz a busy thread's schedstat run time often has not moved since its last sample (the kernel
+    accounts a thread that stays on its CPU only at a scheduler tick, every 4 ms at HZ=250): it must still
+    be stopped every tick, not counted again with its previous stack (5-7% of its samples were, before
+    the timeslice count was checked too)."""
+    out = str(tmp_path / "busy.nprof")
+    with running_target([chain_fp]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-r", "1000", "-d", "2", "-o", out)
+        assert result.returncode == 0, result.stderr
+    counts = Session.load(out).stop_reason_counts()
+    total = sum(counts.values())
+    reused = counts.get(StopReason.REUSED.label, 0)
+    assert total > 500, counts
+    assert reused / total <= 0.02, f"{reused} of {total} samples of a busy thread reused its last stack"

@@ -9,30 +9,34 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 #: half-width of the jitter, as a fraction of the period
 JITTER = 0.5
 
 
 class Timer:
-    def __init__(self, rate: float, seed: int | None = None) -> None:
+    def __init__(self, rate: float, seed: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         if rate <= 0:
             raise ValueError("rate must be positive")
         self.period = 1.0 / rate
         self._random = random.Random(seed)
-        self.next_due = time.monotonic()
+        self._clock = clock
+        self.next_due = clock()
         self.late_ticks = 0
 
     def advance(self) -> float:
         """Schedule the tick after the current one and return its monotonic due time.
 
         A tick that is already late by more than a period is not followed by a burst of catch-up ticks:
-        the schedule restarts from now, and the skipped tick is counted.
+        the schedule restarts from now (that tick is due at once, as a tick late by less already is), and
+        the skipped ticks are counted. A rate the sampler cannot reach thus samples as fast as it can,
+        rather than also sleeping after every late tick.
         """
-        now = time.monotonic()
+        now = self._clock()
         step = self.period * (1.0 + self._random.uniform(-JITTER, JITTER))
         self.next_due += step
         if self.next_due < now - self.period:
             self.late_ticks += 1
-            self.next_due = now + step
+            self.next_due = now
         return self.next_due

@@ -13,6 +13,7 @@ import ctypes
 import signal
 import struct
 import threading
+import time
 
 CLOCK_MONOTONIC = 1  # linux/time.h
 SIGEV_THREAD_ID = 4  # asm-generic/siginfo.h
@@ -73,15 +74,33 @@ class ThreadAlarm:
         self._spec = ctypes.create_string_buffer(_ITIMERSPEC.size)
         self._spec_address = ctypes.addressof(self._spec)
         self._timer_id = self._timer.value
+        self._first = 0.0  #: monotonic time of the armed alarm's first expiry
+        self._every = 0.0  #: its repetition after that (0: it does not repeat)
 
     def arm(self, delay: float, interval: float) -> None:
         ns = max(int(delay * 1e9), 1000)
         every = int(interval * 1e9)
         _ITIMERSPEC.pack_into(self._spec, 0, every // 1_000_000_000, every % 1_000_000_000,
                               ns // 1_000_000_000, ns % 1_000_000_000)  # fmt: skip
+        self._first = time.monotonic() + ns / 1e9
+        self._every = every / 1e9
         _timer_settime(self._timer_id, 0, self._spec_address, None)
 
+    def fires_within(self, delay: float) -> bool:
+        """True if the alarm as armed will fire within ``delay`` seconds from now, and then repeat.
+
+        A wait bounded by a deadline needs an alarm by that deadline, not at it: the waiter re-checks the clock
+        on every EINTR. An alarm that already repeats often enough spares a ``timer_settime`` per tick.
+        """
+        if self._every <= 0.0:
+            return False
+        now = time.monotonic()
+        next_fire = self._first if now < self._first else now + self._every
+        return next_fire <= now + delay
+
     def disarm(self) -> None:
+        self._every = 0.0
+        self._first = float("inf")
         _ITIMERSPEC.pack_into(self._spec, 0, 0, 0, 0, 0)
         _timer_settime(self._timer_id, 0, self._spec_address, None)
 

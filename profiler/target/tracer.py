@@ -217,7 +217,7 @@ class Tracer:
         deadline = time.monotonic() + window
         if fifo:
             self._priority.enter()
-        self._arm_alarm(window)
+        self._bound_wait(window)
         try:
             while pending:
                 tid, status, err = waiter.wait()
@@ -419,5 +419,13 @@ class Tracer:
             self._alarm = None
 
     def _arm_alarm(self, delay: float) -> None:
-        """Bound the next blocking wait. Arming replaces the previous deadline, so waits never disarm."""
+        """Wake the next blocking wait at ``delay`` from now (not before). Arming replaces the previous deadline,
+        so waits never disarm."""
         self._alarm.arm(delay, _ALARM_BACKSTOP)
+
+    def _bound_wait(self, delay: float) -> None:
+        """Make sure a blocking wait is woken within ``delay``, for a loop that re-checks its deadline on every
+        EINTR. The alarm armed for the tick's due time repeats every ``_ALARM_BACKSTOP`` after it fired, which
+        already bounds a tick's window (at least ``MIN_WINDOW``): one ``timer_settime`` per tick, not two."""
+        if not self._alarm.fires_within(delay):
+            self._alarm.arm(delay, _ALARM_BACKSTOP)

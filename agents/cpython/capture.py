@@ -42,12 +42,13 @@ class CaptureStatus(enum.IntEnum):
 class StackCapture:
     """One thread's copy. ``frames`` are innermost first: ``(frame addr, code addr, position, flags)``, where
     position is ``f_lasti`` (<=3.10) or the instruction pointer (3.11+) and flags is ``owner | is_entry << 8``
-    (0 on <=3.10). ``headers[i]`` is the offset in ``raw`` of frame i's code identity header, or -1
-    (unreadable, or a shim). ``raw`` is a view of the reader's buffer, valid only during the stop: the code
-    objects are identified from it there (``CodeCache.decode_new``), which fills ``keys``, frame i's code
-    key (None: not a code object), the only thing decoding needs after resume."""
+    (0 on <=3.10). ``code_headers`` maps each distinct code pointer of the stack to the offset in ``raw`` of
+    its identity header, or -1 (unreadable, or a shim). ``raw`` is a view of the reader's buffer, valid only
+    during the stop: the code objects are identified from it there, once per distinct object
+    (``CodeCache.decode_new``), which fills ``keys``, frame i's code key (None: not a code object), the only
+    thing decoding needs after resume."""
 
-    __slots__ = ("tid", "tstate", "status", "holds_gil", "frames", "headers", "raw", "keys")
+    __slots__ = ("tid", "tstate", "status", "holds_gil", "frames", "code_headers", "raw", "keys")
 
     def __init__(self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK) -> None:
         self.tid = tid
@@ -55,7 +56,7 @@ class StackCapture:
         self.status = status
         self.holds_gil: bool | None = None
         self.frames: list[tuple[int, int, int, int]] = []
-        self.headers: list[int] = []
+        self.code_headers: dict[int, int] = {}
         self.raw: bytes | memoryview = b""
         self.keys: list[int | None] = []
 
@@ -184,7 +185,7 @@ class ChainCopier:
         """Copy the identity header of each distinct code object on the stack; returns those objects.
 
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
-        stop; it is read before the reader's next capture) and ``out.headers[i]`` frame i's header offset
+        stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
         in it (-1: none)."""
         csize, where, done = self.code_size, reader.plan.where, reader.done
         offsets: dict[int, int] = {}
@@ -203,6 +204,6 @@ class ChainCopier:
                 missing.append(code)
         if missing:
             offsets.update(zip(missing, reader.read_many(missing, csize)))
-        out.headers = [offsets[frame[1]] for frame in out.frames]
+        out.code_headers = offsets
         out.raw = reader.view[: reader.tail]
         return [code for code, off in offsets.items() if off >= 0]

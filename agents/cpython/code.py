@@ -139,12 +139,14 @@ class CodeCache:
 
     def decode_new(self, capture: StackCapture) -> None:
         """During the stop: settle every frame's key in ``capture.keys``, decoding the code objects not seen
-        before (see the module's docstring for why it cannot wait until after resume)."""
+        before (see the module's docstring for why it cannot wait until after resume). Each distinct code
+        object is identified once, however many frames run it (recursion, a loop of calls)."""
         raw, identify = capture.raw, self.identify
-        capture.keys = [
-            identify(code, raw, header) if header >= 0 else None
-            for (_frame, code, _position, _flags), header in zip(capture.frames, capture.headers)
-        ]
+        keys = {
+            code: identify(code, raw, offset) if offset >= 0 else None
+            for code, offset in capture.code_headers.items()
+        }
+        capture.keys = [keys[frame[1]] for frame in capture.frames]
 
     def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
         """Read names, file and line table (after resume), then check the code object is still the one the

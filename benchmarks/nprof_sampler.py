@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 
+import profiler.cli  # noqa: F401  (first, as in the CLI: numpy's threads start with SIGCHLD blocked, events.py)
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.model import SampleClass
 from profiler.target import ptrace as pt

@@ -10,9 +10,9 @@ Safety rules this module owns (DESIGN.md section 5):
 * A group-stop (the target was sent SIGSTOP) is answered with PTRACE_LISTEN, so job control still holds.
 * Nothing is ever written to the target.
 
-Waiting uses a blocking ``waitpid`` and a thread-directed alarm for deadlines (``alarm.py``), rather than
-polling: it is
-the cheapest way to wake on "a thread stopped" (ptrace-costs.md: the wait dominates the round trip).
+Waiting for a stop, bounded by a deadline, is ``events.py``'s: ``sigtimedwait`` on SIGCHLD where every
+thread of nprof blocks it, else a blocking ``waitpid`` ended by a thread-directed alarm. Neither polls (the
+wait dominates the round trip, ptrace-costs.md).
 """
 
 from __future__ import annotations
@@ -26,16 +26,12 @@ from collections.abc import Callable, Iterable, Iterator
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
-from profiler.target.alarm import ThreadAlarm
 from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
+from profiler.target.events import EventWait, open_event_wait
 from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.priority import FifoPriority
 from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
 from profiler.target.process import TargetProcess
-
-#: backstop period of the alarm after a deadline has passed, in case the alarm fired between our check
-#: of the clock and the start of the blocking waitpid (there is no "pwaitpid" to close that race)
-_ALARM_BACKSTOP = 0.001
 
 class Tracer:
     """Owns every thread nprof has seized, across one or more processes."""
@@ -48,7 +44,8 @@ class Tracer:
         self.threads: dict[int, ThreadRecord] = {}
         self._live: dict[int, int] = {}  # pid -> threads not gone
         self.stats = TracerStats()
-        self._waiter = pt.Waiter()
+        self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
+        self._events: EventWait | None = None
         self._slots: list[Slot] = []
         self._held: dict[int, bool] = {}  # tid -> group-stopped, for threads stopped by us (the guard)
         self._late: dict[int, tuple[int, AgentCapture | None]] = {}  # tid -> how to copy its late stop
@@ -56,14 +53,14 @@ class Tracer:
         self._late_used = 0
         self.late_captures: list[Capture] = []
         self._stack_readers: dict[int, pt.StackReader] = {}
-        self._alarm: ThreadAlarm | None = None
         self._priority = FifoPriority()
 
     # --- attach / threads -------------------------------------------------------------------------------
 
     def add_process(self, process: TargetProcess) -> None:
         """Seize every thread of ``process``. Raises PermissionDenied with a diagnosis if refused."""
-        self._install_alarm()
+        if self._events is None:
+            self._events = open_event_wait()
         tids = list_threads(process.pid)
         if not tids:
             raise NoSuchProcess(process.pid)
@@ -212,15 +209,14 @@ class Tracer:
         (``on_stop`` failed) is resumed."""
         if not pending:
             return
-        waiter = self._waiter
+        events = self._events
         window = self.stop_deadline if window is None else window
         deadline = time.monotonic() + window
         if fifo:
             self._priority.enter()
-        self._bound_wait(window)
         try:
             while pending:
-                tid, status, err = waiter.wait()
+                tid, status, err = events.wait(deadline, early=True)
                 if tid < 0:
                     if err == errno.EINTR:
                         if time.monotonic() >= deadline:
@@ -327,20 +323,18 @@ class Tracer:
 
     def pump(self, until: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Answer tracee events until monotonic time ``until``; False once nothing is traced any more."""
-        waiter = self._waiter
+        events = self._events
         while True:
-            remaining = until - time.monotonic()
-            if remaining <= 0 or should_stop():
+            if time.monotonic() >= until or should_stop():
                 return True
-            self._arm_alarm(remaining)
-            tid, status, err = waiter.wait()  # returns at once if a stop is already pending
+            tid, status, err = events.wait(until)  # returns at once if a stop is already pending
             if tid > 0:
                 self._handle_event(tid, status)
                 continue
             if err == errno.ECHILD:
                 self._forget_all()
                 return False
-            # EINTR: the alarm, or a signal to nprof (SIGINT/SIGTERM set should_stop)
+            # EINTR: the deadline, or a signal to nprof (SIGINT/SIGTERM set should_stop)
 
     def answer_events(self) -> None:
         """Answer every stop already reported, without blocking (one WNOHANG wait when there is none)."""
@@ -376,11 +370,9 @@ class Tracer:
         deadline = time.monotonic() + timeout
         try:
             while waiting:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if time.monotonic() >= deadline:
                     break
-                self._arm_alarm(remaining)
-                tid, status, err = self._waiter.wait()
+                tid, status, err = self._events.wait(deadline)
                 if tid < 0:
                     if err == errno.ECHILD:
                         break
@@ -401,31 +393,15 @@ class Tracer:
                     pt.detach(tid, 0)
                 self._drop(record)
         finally:
-            self._restore_alarm()
+            self._close_events()
         for pid in list(self.processes):
             self._stack_readers.pop(pid, None)
         self.processes.clear()
         return list(waiting)
 
-    # --- the alarm that bounds every blocking wait ------------------------------------------------------
+    # --- the wait that bounds every blocking wait ------------------------------------------------------
 
-    def _install_alarm(self) -> None:
-        if self._alarm is None:
-            self._alarm = ThreadAlarm()
-
-    def _restore_alarm(self) -> None:
-        if self._alarm is not None:
-            self._alarm.close()
-            self._alarm = None
-
-    def _arm_alarm(self, delay: float) -> None:
-        """Wake the next blocking wait at ``delay`` from now (not before). Arming replaces the previous deadline,
-        so waits never disarm."""
-        self._alarm.arm(delay, _ALARM_BACKSTOP)
-
-    def _bound_wait(self, delay: float) -> None:
-        """Make sure a blocking wait is woken within ``delay``, for a loop that re-checks its deadline on every
-        EINTR. The alarm armed for the tick's due time repeats every ``_ALARM_BACKSTOP`` after it fired, which
-        already bounds a tick's window (at least ``MIN_WINDOW``): one ``timer_settime`` per tick, not two."""
-        if not self._alarm.fires_within(delay):
-            self._alarm.arm(delay, _ALARM_BACKSTOP)
+    def _close_events(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None

@@ -1,0 +1,140 @@
+"""Waiting for the next tracee event (a stop, an exit) until a deadline, in the cheapest way the process allows.
+
+The tracer must answer every tracee event at once, also between ticks (a signal sent to the target waits in a
+signal-delivery-stop until nprof passes it on), and must bound every wait by a deadline. ``waitpid`` has no
+timeout, so there are two ways:
+
+* ``SigchldWait``: SIGCHLD (which the kernel sends the tracer for every tracee stop and exit) is blocked
+  and waited for with ``sigtimedwait``, which has a timeout: a ``waitpid(WNOHANG)`` takes the event it
+  announced. No timer is armed and no signal handler runs. It needs SIGCHLD blocked in *every* thread of
+  nprof: a thread that does not block it may be handed the signal, which is then discarded (its default
+  action is to ignore it), and the wait only ends at its deadline. ``profiler/cli`` starts numpy's BLAS
+  worker threads with SIGCHLD blocked for that reason.
+* ``AlarmWait``: a blocking ``waitpid`` ended by a thread-directed alarm (``alarm.py``). It works whatever
+  the other threads do, and costs a ``timer_settime`` per wait and a signal delivery per deadline: 30-40 us
+  of CPU per tick more than sleeping, measured here (``benchmarks/python_floor.py --wait alarm``).
+
+``open_event_wait`` picks the first when every thread blocks SIGCHLD, else the second. Both return what
+``waitpid`` does, as ``(tid, status, errno)``: tid -1 with EINTR when the deadline passed or another signal
+came (the caller re-checks its clock and its stop flag), with ECHILD when nothing is traced any more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import struct
+import threading
+import time
+
+from profiler.target import ptrace as pt
+from profiler.target.alarm import ThreadAlarm
+
+#: backstop period of the alarm after a deadline has passed, in case it fired between our check of the clock
+#: and the start of the blocking waitpid (there is no "pwaitpid" to close that race)
+ALARM_BACKSTOP = 0.001
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+_sigtimedwait = _libc.sigtimedwait
+_sigtimedwait.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_sigtimedwait.restype = ctypes.c_int
+_sigemptyset = _libc.sigemptyset
+_sigaddset = _libc.sigaddset
+_SIGSET_BYTES = 128  #: glibc's sigset_t (1024 bits)
+_TIMESPEC = struct.Struct("<qq")  #: struct timespec {time_t tv_sec; long tv_nsec;} on x86-64
+
+#: "SigBlk:" of /proc/self/task/TID/status is a hex mask with bit (signo - 1) set for each blocked signal
+_SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
+
+
+def sigchld_blocked_everywhere() -> bool:
+    """Whether every thread of this process blocks SIGCHLD (read from /proc/self/task/*/status)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                blocked = next((line.split()[1] for line in f if line.startswith("SigBlk:")), None)
+        except OSError:
+            continue  # a thread that just ended
+        if blocked is None or not int(blocked, 16) & _SIGCHLD_BIT:
+            return False
+    return True
+
+
+class SigchldWait:
+    """``waitpid(WNOHANG)`` and ``sigtimedwait(SIGCHLD)`` in turn; SIGCHLD stays blocked in this thread until
+    ``close``."""
+
+    def __init__(self) -> None:
+        self._waiter = pt.Waiter()
+        self._old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        self._set = ctypes.create_string_buffer(_SIGSET_BYTES)
+        _sigemptyset(self._set)
+        _sigaddset(self._set, signal.SIGCHLD)
+        self._timeout = ctypes.create_string_buffer(_TIMESPEC.size)
+
+    def wait(self, deadline: float, early: bool = False) -> tuple[int, int, int]:
+        """The next event, or ``(-1, 0, EINTR)`` at ``deadline`` (monotonic) or on another signal. (``early``
+        is for ``AlarmWait``: this wait ends at the deadline exactly anyway.)"""
+        waiter = self._waiter
+        while True:
+            tid, status, err = waiter.wait(nohang=True)
+            if tid != 0:
+                return tid, status, err
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return -1, 0, errno.EINTR
+            ns = int(remaining * 1e9)
+            _TIMESPEC.pack_into(self._timeout, 0, ns // 1_000_000_000, ns % 1_000_000_000)
+            if _sigtimedwait(self._set, None, self._timeout) < 0:
+                err = ctypes.get_errno()
+                if err == errno.EAGAIN:
+                    return -1, 0, errno.EINTR  # the deadline
+                return -1, 0, err  # EINTR: another signal (SIGINT, SIGTERM): the caller checks its flag
+            # SIGCHLD: an event is ready (or one already taken by an earlier WNOHANG: then it loops)
+
+    def close(self) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+
+
+class AlarmWait:
+    """A blocking ``waitpid`` bounded by a thread-directed alarm (``alarm.py``)."""
+
+    def __init__(self) -> None:
+        self._waiter = pt.Waiter()
+        self._alarm = ThreadAlarm()
+
+    def wait(self, deadline: float, early: bool = False) -> tuple[int, int, int]:
+        """The next event, or ``(-1, 0, EINTR)`` when the alarm (or another signal) ends the wait first.
+
+        The alarm fires at ``deadline``, and then every ALARM_BACKSTOP until re-armed. With ``early``, the
+        caller only needs a wake-up *by* the deadline (it re-checks its clock on every EINTR), so an alarm
+        that already repeats often enough is left alone: one ``timer_settime`` per tick, not two."""
+        delay = deadline - time.monotonic()
+        if delay <= 0:
+            return -1, 0, errno.EINTR
+        if not (early and self._alarm.fires_within(delay)):
+            self._alarm.arm(delay, ALARM_BACKSTOP)
+        return self._waiter.wait()
+
+    def close(self) -> None:
+        self._alarm.close()
+
+
+EventWait = SigchldWait | AlarmWait
+
+
+def open_event_wait() -> EventWait:
+    """The SIGCHLD wait if every thread blocks SIGCHLD once this one does, else the alarm."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the tracer waits in the main thread (Python runs signal handlers there)")
+    wait = SigchldWait()
+    if sigchld_blocked_everywhere():
+        return wait
+    wait.close()
+    return AlarmWait()

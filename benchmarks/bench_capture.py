@@ -3,8 +3,10 @@
 Measures, for 1 and 8 busy threads and 16 KiB and 64 KiB stack windows:
 
 * sampler CPU time per stopped thread (a "capture"), for the C floor sampler (benchmarks/c/floor_sampler.c:
-  the same system calls as nprof's capture loop, nothing else), nprof's capture loop alone
-  (``--capture-only``), and nprof's whole recording path (capture + unwind + intern);
+  the same system calls as nprof's capture loop, nothing else), the same calls made from Python with
+  nothing around them (benchmarks/python_floor.py, sleeping between ticks as the C floor does, and
+  waiting with nprof's alarm instead), nprof's capture loop alone (``--capture-only``), and nprof's whole
+  recording path (capture + unwind + intern);
 * the stall the target sees per capture: the target (benchmarks/c/gaps_target.c) times its own execution
   gaps; the excess over an unprofiled baseline of the same repetition, divided by the captures. With 8
   busy threads on 2 CPUs every thread is off-CPU ~75% of the time anyway, so this mixes ptrace stops with
@@ -91,6 +93,9 @@ def main() -> None:
                     common = ["PID", str(rate), str(args.seconds), str(window)]
                     samplers = {
                         "floor": [bins["floor_sampler"], *common],
+                        "python-floor": [sys.executable, "-m", "benchmarks.python_floor", *common],
+                        "python-floor-alarm": [sys.executable, "-m", "benchmarks.python_floor", *common,
+                                               "--wait", "alarm"],  # fmt: skip
                         "nprof-capture": [*py, *common, "--capture-only"],
                         "nprof-record": [*py, *common],
                     }
@@ -122,8 +127,10 @@ def table(rows: list[dict]) -> str:
     ]
     keys = sorted({(r["threads"], r["window"]) for r in rows})
     for threads, window in keys:
-        for name in ("floor", "nprof-capture", "nprof-record"):
+        for name in ("floor", "python-floor", "python-floor-alarm", "nprof-capture", "nprof-record"):
             mine = [r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, name)]
+            if not mine:
+                continue
             floor = {r["rep"]: r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, "floor")}
             med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
             ratio = lambda k: statistics.median(r[k] / floor[r["rep"]][k] for r in mine if floor[r["rep"]][k] > 0)  # noqa: E731

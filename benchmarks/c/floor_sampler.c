@@ -1,7 +1,8 @@
 /* The floor: a minimal C sampler making the same system calls per sample as nprof's capture loop.
  *
- * Per tick: list /proc/PID/task (seizing new threads); per thread: pread schedstat, and if its run time grew, pread stat (nprof's
- * idle checks); then PTRACE_INTERRUPT every thread that ran, and as each reports its stop
+ * Per tick: list /proc/PID/task (seizing new threads); per thread: pread schedstat, and if its run time grew
+ * or it was switched onto a CPU since its last sample, pread stat (nprof's idle checks: a thread whose run time
+ * did not grow is stopped only if it was switched in since and is running, state R); then PTRACE_INTERRUPT every thread that ran, and as each reports its stop
  * (waitpid(-1, __WALL)): PTRACE_GETREGS, one process_vm_readv of the stack window into a preallocated
  * buffer, PTRACE_CONT; then one waitpid(WNOHANG) for events between ticks (exits, signals to pass on, as
  * nprof answers them too). Ticks are paced with nanosleep. Prints JSON: stops ("captures"), ticks, sampler CPU
@@ -16,6 +17,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/uio.h>
@@ -46,7 +48,7 @@ static double cpu_seconds(void) {
 
 static pid_t tids[MAX_THREADS];
 static int sched_fd[MAX_THREADS], stat_fd[MAX_THREADS], n = 0;
-static long last_run[MAX_THREADS];
+static long last_run[MAX_THREADS], last_slices[MAX_THREADS];
 
 /* Seize the threads in /proc/PID/task that are not seized yet (all of them on the first call). */
 static void seize_new(pid_t pid) {
@@ -65,6 +67,7 @@ static void seize_new(pid_t pid) {
         snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
         stat_fd[n] = open(path, O_RDONLY);
         last_run[n] = -1;
+        last_slices[n] = -1;
         tids[n++] = tid;
     }
     if (d) closedir(d);
@@ -108,10 +111,20 @@ int main(int argc, char **argv) {
             }
             alive++;
             buf[len] = 0;
-            long run = atol(buf);
-            if (last_run[i] >= 0 && run - last_run[i] <= 100000) continue; /* idle: not stopped */
+            long run = 0, wait = 0, slices = 0;
+            sscanf(buf, "%ld %ld %ld", &run, &wait, &slices);
+            int same = last_run[i] >= 0 && run - last_run[i] <= 100000;
+            if (same && slices == last_slices[i]) continue; /* not on a CPU since: same stack, not stopped */
+            len = pread(stat_fd[i], buf, sizeof buf - 1, 0);
+            if (len < 0) continue;
+            buf[len] = 0;
+            char *state = strrchr(buf, ')');
+            if (same && !(state && state[1] == ' ' && state[2] == 'R')) { /* ran a little, sleeps now */
+                last_slices[i] = slices;
+                continue;
+            }
             last_run[i] = run;
-            if (pread(stat_fd[i], buf, sizeof buf, 0) < 0) continue;
+            last_slices[i] = slices;
             if (ptrace(PTRACE_INTERRUPT, tids[i], 0, 0) == 0) due++;
         }
         if (!alive) break;

@@ -111,9 +111,11 @@ def run_once(python: str, mode: str, profiler: list[str] | None, pin: tuple[str,
             while not started(target.pid, prof, out_file) and prof.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.005)  # polls the target's state, not a synchronisation by sleeping
             time.sleep(0.3)  # let the profiler finish its start-up before the timed work begins
+        before = schedstat(target.pid)
         target.stdin.write(b"x")
         target.stdin.flush()
         elapsed = json.loads(target.stdout.readline())["elapsed"]
+        after = schedstat(target.pid)
         target.wait(timeout=60)
         output, cpu = "", 0.0
         if prof is not None:
@@ -127,7 +129,20 @@ def run_once(python: str, mode: str, profiler: list[str] | None, pin: tuple[str,
             target.kill()
             target.wait()
     samples = samples_of(output, profiler)
-    return {"elapsed": elapsed, "cpu": cpu, "samples": samples, "captures": captures_of(profiler, samples)}
+    run, waiting, off = (b - a for a, b in zip(before, after))
+    return {"elapsed": elapsed, "cpu": cpu, "samples": samples, "captures": captures_of(profiler, samples),
+            "target_run": run, "target_runq": waiting, "target_off_cpu": off}  # fmt: skip
+
+
+def schedstat(pid: int) -> tuple[float, float, float]:
+    """The target's main thread: seconds on a CPU, waiting for one, and neither (stopped or asleep), as of
+    now. In chain mode the main thread does all the work, so across the timed work these split the slowdown:
+    a ptrace stop shows as off-CPU time, CPU contention as run-queue wait, cache and TLB damage as extra
+    run time."""
+    wall = time.monotonic()
+    with open(f"/proc/{pid}/schedstat") as f:
+        run_ns, wait_ns, _slices = (int(x) for x in f.read().split())
+    return run_ns / 1e9, wait_ns / 1e9, wall - (run_ns + wait_ns) / 1e9
 
 
 def captures_of(profiler: list[str] | None, samples: int) -> int:
@@ -172,10 +187,11 @@ def main() -> None:
             for mode in ("chain", "threads"):
                 for rate in (100, 1000):
                     for name, cmd in profilers(rate, out_dir, floor).items():
-                        base = run_once(args.interpreter, mode, None)["elapsed"]
+                        base = run_once(args.interpreter, mode, None)
                         run = run_once(args.interpreter, mode, cmd)
-                        rows.append({"rep": rep, "mode": mode, "rate": rate, "profiler": name, "baseline": base,
-                                     "slowdown": run["elapsed"] / base, **run})  # fmt: skip
+                        rows.append({"rep": rep, "mode": mode, "rate": rate, "profiler": name,
+                                     "baseline": base["elapsed"], "baseline_run": base["target_run"],
+                                     "slowdown": run["elapsed"] / base["elapsed"], **run})  # fmt: skip
                         print(json.dumps(rows[-1]), file=sys.stderr)
             for name, cmd in profilers(20000, out_dir, floor).items():
                 if name == "floor":
@@ -223,6 +239,17 @@ def table(rows: list[dict]) -> str:
             v = [r["samples"] / r["elapsed"] for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, 1000, name)]
             cells.append(f"{med(v):.0f}" if v else "—")
         out.append(f"| {mode} | " + " | ".join(cells) + " |")
+    out += ["", "Where the chain's time went at 1000 Hz (its one thread's schedstat over the timed work; median):",
+            "", "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]  # fmt: skip
+    chain = {n: [r for r in rows if (r["mode"], r["rate"], r["profiler"]) == ("chain", 1000, n)] for n in names}
+    split = (
+        ("off-CPU µs per stack copied (stopped)", lambda r: 1e6 * r["target_off_cpu"] / max(r["captures"], 1)),
+        ("run-queue wait, % of run time", lambda r: 100 * r["target_runq"] / r["target_run"]),
+        ("run time / unprofiled run time", lambda r: r["target_run"] / r["baseline_run"]),
+    )
+    for label, value in split:
+        cells = [f"{med(value(r) for r in chain[n]):.2f}" if chain[n] else "—" for n in names]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
     out += ["", "| throughput (profiler on CPU 0, target on CPU 1) | stacks copied/s | samples counted/s "
             "| profiler CPU µs/stack copied |", "|---|---|---|---|"]  # fmt: skip
     for name in names:

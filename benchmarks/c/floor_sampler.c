@@ -1,8 +1,9 @@
 /* The floor: a minimal C sampler making the same system calls per sample as nprof's capture loop.
  *
- * Per tick: list /proc/PID/task (seizing new threads); per thread: pread schedstat, and if its run time grew
- * or it was switched onto a CPU since its last sample, pread stat (nprof's idle checks: a thread whose run time
- * did not grow is stopped only if it was switched in since and is running, state R); then PTRACE_INTERRUPT every thread that ran, and as each reports its stop
+ * Per tick: list /proc/PID/task (seizing new threads); per thread: pread schedstat, and if its run time
+ * grew or it was switched onto a CPU since its last sample, pread stat (nprof's idle checks: a thread whose
+ * run time did not grow is stopped only if it was switched in since and is running, state R); then
+ * PTRACE_INTERRUPT every thread that ran, and as each reports its stop
  * (waitpid(-1, __WALL)): PTRACE_GETREGS, one process_vm_readv of the stack window into a preallocated
  * buffer, PTRACE_CONT; then one waitpid(WNOHANG) for events between ticks (exits, signals to pass on, as
  * nprof answers them too). Ticks are paced with nanosleep. Prints JSON: stops ("captures"), ticks, sampler CPU

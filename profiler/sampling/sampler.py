@@ -226,9 +226,9 @@ class Sampler:
         )
         for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
             self.record(capture)
-        captures = self.tracer.capture(
-            due, copy_stack=self.config.native, agent_capture=self.agent_capture, fifo=fifo, window=self._window
-        )
+        hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
+        captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
+                                       window=self._window)  # fmt: skip
         for capture in captures:
             self.record(capture)
             self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered

@@ -229,9 +229,11 @@ class Sampler:
         hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
         captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
                                        window=self._window)  # fmt: skip
-        for capture in captures:
+        last = len(captures) - 1
+        for i, capture in enumerate(captures):
             self.record(capture)
-            self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
+            if i < last:  # after the last one, the pump for the next tick answers them first
+                self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
         return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
 
     def _state(self, record: ThreadRecord) -> ThreadState:

@@ -134,11 +134,14 @@ def table(rows: list[dict]) -> str:
             floor = {r["rep"]: r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, "floor")}
             med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
             ratio = lambda k: statistics.median(r[k] / floor[r["rep"]][k] for r in mine if floor[r["rep"]][k] > 0)  # noqa: E731
+            # with 8 busy threads on 2 CPUs the target's gaps are mostly time slicing (module docstring); the
+            # Python floor does not time its holds
+            stall = (f"{med('stall_us_per_capture'):.1f} | {ratio('stall_us_per_capture'):.2f}" if threads == 1
+                     else "— | —")  # fmt: skip
+            held = "—" if name.startswith("python") else f"{med('held_median_us'):.1f} / {med('held_p90_us'):.1f}"
             out.append(
                 f"| {threads} | {window // 1024} KiB | {name} | {med('achieved_hz'):.0f} | "
-                f"{med('cpu_us_per_capture'):.1f} | {ratio('cpu_us_per_capture'):.2f} | "
-                f"{med('stall_us_per_capture'):.1f} | {ratio('stall_us_per_capture'):.2f} | "
-                f"{med('held_median_us'):.1f} / {med('held_p90_us'):.1f} |"
+                f"{med('cpu_us_per_capture'):.1f} | {ratio('cpu_us_per_capture'):.2f} | {stall} | {held} |"
             )
     return "\n".join(out)
 

@@ -9,11 +9,11 @@ usage: python -m benchmarks.nprof_sampler PID RATE SECONDS STACK_BYTES [--captur
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import profiler.cli  # noqa: F401  (first, as in the CLI: numpy's threads start with SIGCHLD blocked, events.py)
+from benchmarks import sampler_cli
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.model import SampleClass
 from profiler.target import ptrace as pt
@@ -36,11 +36,7 @@ class CaptureOnlySampler(Sampler):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("pid", type=int)
-    p.add_argument("rate", type=float)
-    p.add_argument("seconds", type=float)
-    p.add_argument("stack_bytes", type=int)
+    p = sampler_cli.parser(__doc__)
     p.add_argument("--capture-only", action="store_true")
     p.add_argument("--priority", default="auto", choices=[c.value for c in CapturePriority])
     args = p.parse_args()

@@ -15,13 +15,13 @@ usage: python -m benchmarks.python_floor PID RATE SECONDS STACK_BYTES [--wait sl
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import errno
 import json
 import os
 import time
 
+from benchmarks import sampler_cli
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
 
@@ -31,11 +31,7 @@ PTRACE_DETACH = 17
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("pid", type=int)
-    p.add_argument("rate", type=float)
-    p.add_argument("seconds", type=float)
-    p.add_argument("stack_bytes", type=int)
+    p = sampler_cli.parser(__doc__)
     p.add_argument("--wait", choices=("sleep", "alarm"), default="sleep")
     args = p.parse_args()
     pid = args.pid

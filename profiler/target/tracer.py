@@ -368,6 +368,8 @@ class Tracer:
             else:
                 self._drop(record)
         deadline = time.monotonic() + timeout
+        if waiting and self._events is None:
+            self._events = open_event_wait()  # called again after a detach, or before any add_process
         try:
             while waiting:
                 if time.monotonic() >= deadline:

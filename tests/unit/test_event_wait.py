@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from profiler.target.events import AlarmWait, SigchldWait, open_event_wait
+from profiler.target.events import AlarmWait, SigchldWait
 
 WAITS = [SigchldWait, AlarmWait]
 

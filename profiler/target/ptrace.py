@@ -90,15 +90,12 @@ def seize(tid: int) -> int:
     return ptrace(PTRACE_SEIZE, tid, 0, 0)
 
 
-# The three calls of every capture go to the binding directly (one Python call each, not two).
-
-
 def interrupt(tid: int) -> int:
-    return _get_errno() if _raw_ptrace(PTRACE_INTERRUPT, tid, 0, 0) == _MINUS_ONE else 0
+    return ptrace(PTRACE_INTERRUPT, tid, 0, 0)
 
 
 def cont(tid: int, sig: int = 0) -> int:
-    return _get_errno() if _raw_ptrace(PTRACE_CONT, tid, 0, sig) == _MINUS_ONE else 0
+    return ptrace(PTRACE_CONT, tid, 0, sig)
 
 
 def listen(tid: int) -> int:
@@ -111,7 +108,7 @@ def detach(tid: int, sig: int = 0) -> int:
 
 
 def getregs(tid: int, regs: user_regs_struct) -> int:
-    return _get_errno() if _raw_ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs)) == _MINUS_ONE else 0
+    return ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
 
 
 class Waiter:

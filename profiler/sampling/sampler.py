@@ -250,37 +250,35 @@ class Sampler:
         if sched is None:
             return True  # gone; the tracer drops it when its exit is reaped
         run_time, slices = sched
-        letter = None
-        if 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS and state.last_stack is not None:
-            # Its accounted run time has not grown. So it has not run since its last sample, or it has
-            # been on a CPU all along since it was put there, its time not yet accounted (that waits for a
-            # scheduler tick while it stays on the CPU). The second shows as a switch-in since the last
-            # sample and the state R now; a stopped thread is switched in again when it is resumed.
-            switched_in = slices != state.last_slices
-            if switched_in or not state.last_class.is_idle:
-                letter = record.proc.state()
-            if not (switched_in and letter == "R"):
-                # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise
-                # it may wait for a CPU, which is busy, not idle.
-                cls = state.last_class
-                if not cls.is_idle and letter != "R":
-                    cls = SampleClass.IDLE
-                state.last_class = cls
-                state.last_slices = slices
-                self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
-                return True
-        if not self.config.interrupt_sleeping:
-            if letter is None:
-                letter = record.proc.state()
-            if letter in _ASLEEP or letter in _HALTED:
-                # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
-                state.last_run_time, state.last_slices = run_time, slices
-                if state.last_stack is not None:
-                    state.last_class = SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE
-                    self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, state.last_class)
-                return True
+        # Run time that has not grown means the thread has not run since its last sample, or it has been on
+        # a CPU all along since it was put there, its time not yet accounted (that waits for a scheduler
+        # tick while it stays on the CPU). The second shows as a switch-in since the last sample and the
+        # state R now; a stopped thread is switched in again when it is resumed.
+        ran = state.last_stack is None or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
+        switched_in = slices != state.last_slices
+        if not ran and not switched_in and state.last_class.is_idle:
+            return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
+        letter = record.proc.state()
+        if not ran and not (switched_in and letter == "R"):
+            # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise it may
+            # wait for a CPU, which is busy, not idle.
+            state.last_slices = slices
+            cls = state.last_class
+            return self._count_again(state, cls if cls.is_idle or letter == "R" else SampleClass.IDLE)
+        if not self.config.interrupt_sleeping and (letter in _ASLEEP or letter in _HALTED):
+            # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
+            state.last_run_time, state.last_slices = run_time, slices
+            if state.last_stack is not None:
+                self._count_again(state, SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE)
+            return True
         state.run_time_at_stop, state.slices_at_stop = run_time, slices
         return False
+
+    def _count_again(self, state: ThreadState, cls: SampleClass) -> bool:
+        """A sample of the thread's last stack, without stopping it. Returns True (it was reused)."""
+        state.last_class = cls
+        self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
+        return True
 
     def agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
         """The tracer's hook while a thread is stopped: the agent of its process copies what it needs."""

@@ -8,8 +8,8 @@ timeout, so there are two ways:
   and waited for with ``sigtimedwait``, which has a timeout: a ``waitpid(WNOHANG)`` takes the event it
   announced. No timer is armed and no signal handler runs. It needs SIGCHLD blocked in *every* thread of
   nprof: a thread that does not block it may be handed the signal, which is then discarded (its default
-  action is to ignore it), and the wait only ends at its deadline. ``profiler/cli`` starts numpy's BLAS
-  worker threads with SIGCHLD blocked for that reason.
+  action is to ignore it), and the wait only ends at its deadline. ``profiler/cli`` imports numpy, whose
+  BLAS starts worker threads, inside ``sigchld_blocked`` for that reason.
 * ``AlarmWait``: a blocking ``waitpid`` ended by a thread-directed alarm (``alarm.py``). It works whatever
   the other threads do, and costs a ``timer_settime`` per wait and a signal delivery per deadline: 30-40 us
   of CPU per tick more than sleeping, measured here (``benchmarks/python_floor.py --wait alarm``).
@@ -21,6 +21,7 @@ came (the caller re-checks its clock and its stop flag), with ECHILD when nothin
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -28,6 +29,7 @@ import signal
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
@@ -64,6 +66,18 @@ def sigchld_blocked_everywhere() -> bool:
         if blocked is None or not int(blocked, 16) & _SIGCHLD_BIT:
             return False
     return True
+
+
+@contextlib.contextmanager
+def sigchld_blocked() -> Iterator[None]:
+    """Block SIGCHLD in this thread for the ``with`` body only. Threads started inside (numpy's BLAS workers,
+    at numpy's import) inherit the mask and keep it, so they never take the SIGCHLD ``SigchldWait`` waits
+    for; this thread gets its mask back, so a command it spawns later does not inherit a blocked SIGCHLD."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class SigchldWait:

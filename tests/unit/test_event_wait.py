@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from profiler.target.events import AlarmWait, SigchldWait
+from profiler.target.events import AlarmWait, SigchldWait, sigchld_blocked
 
 WAITS = [SigchldWait, AlarmWait]
 
@@ -52,27 +53,51 @@ def test_sigchld_wait_restores_the_signal_mask():
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
 
 
+def python_c(code: str) -> list[str]:
+    """The words a fresh interpreter prints running ``code`` (a process of its own: its threads and mask)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+
+def blocks_sigchld(native_id: int) -> bool:
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        mask = next(line.split()[1] for line in f if line.startswith("SigBlk:"))
+    return bool(int(mask, 16) & (1 << (signal.SIGCHLD - 1)))
+
+
+def test_sigchld_blocked_marks_threads_started_inside_and_restores_this_one():
+    """A thread started inside blocks SIGCHLD for good; the calling thread gets its mask back."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    release = threading.Event()
+    with sigchld_blocked():
+        worker = threading.Thread(target=release.wait, daemon=True)
+        worker.start()
+    try:
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+        assert blocks_sigchld(worker.native_id), "the worker started inside blocks SIGCHLD"
+        assert blocks_sigchld(threading.get_native_id()) == (signal.SIGCHLD in before)
+    finally:
+        release.set()
+        worker.join()
+
+
 def test_the_command_line_waits_with_sigtimedwait_and_spawns_with_a_clean_mask():
     """The CLI imports numpy with SIGCHLD blocked, so its BLAS threads block it too: the tracer can use
     sigtimedwait. A command it spawns still starts with SIGCHLD unblocked."""
-    code = (
+    kind, child_mask = python_c(
         "import profiler.cli.main, subprocess\n"
         "from profiler.target.events import open_event_wait\n"
         "out = subprocess.run(['grep', 'SigBlk', '/proc/self/status'], capture_output=True, text=True).stdout\n"
         "w = open_event_wait(); print(type(w).__name__, out.split()[1]); w.close()\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    kind, child_mask = result.stdout.split()
     assert kind == "SigchldWait"
     assert not int(child_mask, 16) & (1 << (signal.SIGCHLD - 1))
 
 
 def test_open_event_wait_falls_back_to_the_alarm_when_a_thread_would_take_sigchld():
-    code = (
+    words = python_c(
         "import threading, time\n"
         "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
         "from profiler.target.events import open_event_wait\n"
         "w = open_event_wait(); print(type(w).__name__); w.close()\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.split() == ["AlarmWait"]
+    assert words == ["AlarmWait"]

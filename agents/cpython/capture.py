@@ -40,28 +40,52 @@ class CaptureStatus(enum.IntEnum):
 
 
 class StackCapture:
-    """One thread's copy. ``frames`` are innermost first: ``(frame addr, code addr, position, flags)``, where
-    position is ``f_lasti`` (<=3.10) or the instruction pointer (3.11+) and flags is ``owner | is_entry << 8``
-    (0 on <=3.10). ``code_headers`` maps each distinct code pointer of the stack to the offset in ``raw`` of
-    its identity header, or -1 (unreadable, or a shim). ``raw`` is a view of the reader's buffer, valid only
-    during the stop: the code objects are identified from it there, once per distinct object
-    (``CodeCache.decode_new``), which fills ``keys``, frame i's code key (None: not a code object), the only
-    thing decoding needs after resume."""
+    """One thread's copy.
 
-    __slots__ = ("tid", "tstate", "status", "holds_gil", "frames", "code_headers", "raw", "keys")
+    During the stop the walk keeps only what it must: each frame's address (``addrs``) and its fields as
+    one unpacked tuple (``values``, in the copier's field order), and each distinct code pointer's identity
+    header (``code_headers``: offset in ``raw``, or -1 for unreadable memory and shims). ``raw`` is a view
+    of the reader's buffer, valid only during the stop: the code objects are identified from it there,
+    once per distinct object (``CodeCache.decode_new``), which fills ``code_keys`` (code pointer -> key,
+    None: not a code object).
 
-    def __init__(self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK) -> None:
+    After resume, ``frames`` unpacks the tuples into ``(frame addr, code addr, position, flags)``,
+    innermost first, where position is ``f_lasti`` (<=3.10) or the instruction pointer (3.11+), flags is
+    ``owner | is_entry << 8`` (0 on <=3.10) and a shim's code is 0; ``keys`` is each frame's code key."""
+
+    __slots__ = ("tid", "tstate", "status", "holds_gil", "addrs", "values", "code_headers", "raw",
+                 "code_keys", "_copier", "_frames")  # fmt: skip
+
+    def __init__(
+        self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK, copier: ChainCopier | None = None
+    ) -> None:
         self.tid = tid
         self.tstate = tstate
         self.status = status
         self.holds_gil: bool | None = None
-        self.frames: list[tuple[int, int, int, int]] = []
+        self.addrs: list[int] = []
+        self.values: list[tuple[int, ...]] = []
         self.code_headers: dict[int, int] = {}
         self.raw: bytes | memoryview = b""
-        self.keys: list[int | None] = []
+        self.code_keys: dict[int, int | None] = {}
+        self._copier = copier
+        self._frames: list[tuple[int, int, int, int]] | None = None
+
+    @property
+    def frames(self) -> list[tuple[int, int, int, int]]:
+        """``(frame addr, code addr, position, flags)`` per frame, innermost first (unpacked on first use)."""
+        if self._frames is None:
+            self._frames = self._copier.frames_of(self) if self._copier is not None else []
+        return self._frames
+
+    @property
+    def keys(self) -> list[int | None]:
+        """Each frame's code key, as ``decode_new`` settled it during the stop (None: not a code object)."""
+        get = self.code_keys.get
+        return [get(frame[1]) for frame in self.frames]
 
     def __repr__(self) -> str:
-        return f"StackCapture(tid={self.tid}, {self.status.name}, {len(self.frames)} frames, gil={self.holds_gil})"
+        return f"StackCapture(tid={self.tid}, {self.status.name}, {len(self.addrs)} frames, gil={self.holds_gil})"
 
 
 class ChainCopier:
@@ -121,7 +145,7 @@ class ChainCopier:
         """Walk ``info``'s chain through ``reader`` (already begun). Returns the capture and, when the plan
         missed reads or holds many it no longer needs, what the next plan should prefetch: the fixed reads
         (thread state, GIL, cframe) and the rest (frames, code headers)."""
-        out = StackCapture(tid, info.addr)
+        out = StackCapture(tid, info.addr, copier=self)
         fixed = [(info.addr, self.tstate_size)]
         off = reader.get(info.addr, self.tstate_size)
         if off < 0:
@@ -138,48 +162,64 @@ class ChainCopier:
             fixed.append((frame, self.cframe_offset + 8))
             off = reader.get(frame, self.cframe_offset + 8) if 4096 <= frame < USER_LIMIT else -1
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0
-        frames = out.frames
+        status = self._walk(reader, frame, out)
+        out.status = status
+        codes = self._copy_headers(reader, out)
+        where = reader.plan.where
+        if not reader.misses and len(where) <= 2 * (len(fixed) + len(out.addrs) + len(codes)):
+            return out, None
+        size, csize = self.frame_size, self.code_size
+        return out, (fixed, [(addr, size) for addr in out.addrs] + [(c, csize) for c in codes])
+
+    def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
+        """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and
+        noting each distinct code pointer in ``out.code_headers`` (-1 for now; shims stay -1). The loop is
+        every stop's largest Python cost, so it does nothing that can wait until after resume."""
+        addrs, values, headers = out.addrs, out.values, out.code_headers
+        append_addr, append_values = addrs.append, values.append
         seen: set[int] = set()
+        add_seen = seen.add
         unpack = self.frame_unpack.unpack_from
         view, size, mask = reader.view, self.frame_size, self.ref_mask
-        i_prev, i_code, i_instr = self.i_prev, self.i_code, self.i_instr
-        i_owner, i_entry = self.i_owner, self.i_entry
-        shims = self.shim_owners
+        i_prev, i_code, i_owner, shims = self.i_prev, self.i_code, self.i_owner, self.shim_owners
         where, done = reader.plan.where, reader.done
-        status = CaptureStatus.OK
-        while frame:
+        for _ in range(MAX_FRAMES):
+            if not frame:
+                return CaptureStatus.OK
             if frame & 7 or not 4096 <= frame < USER_LIMIT:
-                status = CaptureStatus.TRUNCATED_BAD_POINTER
-                break
+                return CaptureStatus.TRUNCATED_BAD_POINTER
             if frame in seen:
-                status = CaptureStatus.TRUNCATED_LOOP
-                break
-            if len(frames) >= MAX_FRAMES:
-                status = CaptureStatus.TRUNCATED_DEPTH
-                break
-            seen.add(frame)
+                return CaptureStatus.TRUNCATED_LOOP
+            add_seen(frame)
             hit = where.get(frame)
             if hit is not None and hit[2] < done and hit[1] >= size:
                 off = hit[0]
             else:
                 off = reader.read_one(frame, size)
                 if off < 0:
-                    status = CaptureStatus.TRUNCATED_UNREADABLE
-                    break
+                    return CaptureStatus.TRUNCATED_UNREADABLE
             v = unpack(view, off)
+            append_addr(frame)
+            append_values(v)
+            code = v[i_code] & mask
+            if code not in headers:
+                headers[code] = -1
+                if shims and v[i_owner] in shims:
+                    headers[code] = -2  # a C-stack shim's code (or None) is never decoded
+            frame = v[i_prev]
+        return CaptureStatus.TRUNCATED_DEPTH if frame else CaptureStatus.OK
+
+    def frames_of(self, capture: StackCapture) -> list[tuple[int, int, int, int]]:
+        """After resume: the capture's frames as ``(frame addr, code addr, position, flags)``."""
+        out = []
+        i_code, i_instr, i_owner, i_entry = self.i_code, self.i_instr, self.i_owner, self.i_entry
+        mask, shims = self.ref_mask, self.shim_owners
+        for addr, v in zip(capture.addrs, capture.values):
             flags = v[i_owner] if i_owner >= 0 else 0
             if i_entry >= 0 and v[i_entry]:
                 flags |= 0x100
-            code = v[i_code] & mask
-            if flags in shims:
-                code = 0  # a C-stack shim: its code (or None) is never decoded
-            frames.append((frame, code, v[i_instr], flags))
-            frame = v[i_prev]
-        out.status = status
-        codes = self._copy_headers(reader, out)
-        if not reader.misses and len(where) <= 2 * (len(fixed) + len(frames) + len(codes)):
-            return out, None
-        return out, (fixed, [(f[0], size) for f in frames] + [(c, self.code_size) for c in codes])
+            out.append((addr, 0 if flags in shims else v[i_code] & mask, v[i_instr], flags))
+        return out
 
     def _copy_headers(self, reader: ScatterReader, out: StackCapture) -> list[int]:
         """Copy the identity header of each distinct code object on the stack; returns those objects.
@@ -188,22 +228,17 @@ class ChainCopier:
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
         in it (-1: none)."""
         csize, where, done = self.code_size, reader.plan.where, reader.done
-        offsets: dict[int, int] = {}
+        headers = out.code_headers
         missing: list[int] = []
-        for _frame, code, _position, _flags in out.frames:
-            if code in offsets:
-                continue
-            if code & 7 or not 4096 <= code < USER_LIMIT:
-                offsets[code] = -1
+        for code, off in headers.items():
+            if off == -2 or code & 7 or not 4096 <= code < USER_LIMIT:
                 continue
             hit = where.get(code)
             if hit is not None and hit[2] < done and hit[1] >= csize:
-                offsets[code] = hit[0]
+                headers[code] = hit[0]
             else:
-                offsets[code] = -1
                 missing.append(code)
         if missing:
-            offsets.update(zip(missing, reader.read_many(missing, csize)))
-        out.code_headers = offsets
+            headers.update(zip(missing, reader.read_many(missing, csize)))
         out.raw = reader.view[: reader.tail]
-        return [code for code, off in offsets.items() if off >= 0]
+        return [code for code, off in headers.items() if off >= 0]

@@ -21,9 +21,9 @@ allocations, and a new code object may be allocated at the same address; while t
 initialised its header still holds the dead object's fields with a live refcount, so a re-read of the
 header passes while the strings already belong to another function (seen here once in ~15,000 samples of
 a churning target: ``f_7217_line_120`` shown in file ``<churn-7218>``). Known code objects cost a dict
-lookup and a tuple comparison during the stop. Each frame's key is settled there and kept in the capture
-(``StackCapture.keys``), so decoding after resume neither reads the target nor looks a code object up
-again. ``_decode`` still re-reads the header after the strings, as a guard against a pointer that was not
+lookup and a tuple comparison during the stop. Each code pointer's key is settled there and kept in the
+capture (``StackCapture.code_keys``), so decoding after resume neither reads the target nor looks a code
+object up again. ``_decode`` still re-reads the header after the strings, as a guard against a pointer that was not
 a live code object at all.
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
@@ -109,6 +109,7 @@ class CodeCache:
             fields["version"] = (code.version, "I")
         self._ident, names = fields_struct(fields)
         self._field = {name: i for i, name in enumerate(names)}
+        self._i_type = self._field["ob_type"]
         self._by_addr: dict[int, CodeInfo] = {}
         self.by_key: dict[int, CodeInfo] = {}
         self._generation: dict[int, int] = {}
@@ -124,7 +125,7 @@ class CodeCache:
         entry = self._by_addr.get(addr)
         if entry is not None and entry.ident == ident:
             return entry.key
-        if ident[self._field["ob_type"]] != self._code_type:
+        if ident[self._i_type] != self._code_type:
             self.stats.not_code += 1
             return None
         info = self._decode(addr, ident)
@@ -138,15 +139,15 @@ class CodeCache:
         return info.key
 
     def decode_new(self, capture: StackCapture) -> None:
-        """During the stop: settle every frame's key in ``capture.keys``, decoding the code objects not seen
-        before (see the module's docstring for why it cannot wait until after resume). Each distinct code
-        object is identified once, however many frames run it (recursion, a loop of calls)."""
+        """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code
+        objects not seen before (see the module's docstring for why it cannot wait until after resume).
+        Each distinct code object is identified once, however many frames run it (recursion, a loop of
+        calls)."""
         raw, identify = capture.raw, self.identify
-        keys = {
+        capture.code_keys = {
             code: identify(code, raw, offset) if offset >= 0 else None
             for code, offset in capture.code_headers.items()
         }
-        capture.keys = [keys[frame[1]] for frame in capture.frames]
 
     def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
         """Read names, file and line table (after resume), then check the code object is still the one the

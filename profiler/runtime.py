@@ -42,6 +42,8 @@ class AgentSession(Protocol):
 #: Optional ``AgentSession`` methods the engine uses when an agent has them:
 #:
 #: * ``refresh()``: between ticks, never while a thread is stopped (re-read thread lists...).
+#: * ``warm()``: just before a tick's stops, with every thread running: run what ``capture`` runs once,
+#:   reading nothing from the target, so that the stop does not pay for cold CPU caches.
 #: * ``holds_gil(capture) -> bool | None``: the thread held the runtime's global lock at the stop.
 #: * ``is_gil_wait(frame) -> bool``: a native frame of the runtime's lock wait (CPython's ``take_gil``).
 #: * ``is_interpreter_frame(frame) -> bool``: the interpreter's own glue between its eval loop and a C call,
@@ -52,7 +54,7 @@ class AgentSession(Protocol):
 #: * ``counters() -> dict[str, int]``: per-sample failures the agent counted (truncated chains...), added to
 #:   the session's counters at the end of a recording.
 OPTIONAL_SESSION_METHODS = (
-    "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name", "locals", "counters",
+    "refresh", "warm", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name", "locals", "counters",
 )  # fmt: skip
 
 

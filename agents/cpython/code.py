@@ -115,16 +115,19 @@ class CodeCache:
         self._generation: dict[int, int] = {}
         self.stats = CodeStats()
 
-    def identify(self, addr: int, raw: bytes | memoryview, offset: int) -> int | None:
+    def identify(self, addr: int, raw: bytes | memoryview, offset: int, decode: bool = True) -> int | None:
         """The key of the code object at ``addr`` whose identity header was captured at ``raw[offset:]``;
         None if it is not a code object (the caller truncates the stack there). A code object not seen
-        before is decoded now, so call this during the stop only."""
+        before is decoded now, so call this during the stop only; with ``decode`` False it is not (None),
+        and nothing is counted."""
         if offset < 0 or offset + self._ident.size > len(raw):
             return None
         ident = self._ident.unpack_from(raw, offset)
         entry = self._by_addr.get(addr)
         if entry is not None and entry.ident == ident:
             return entry.key
+        if not decode:
+            return None
         if ident[self._i_type] != self._code_type:
             self.stats.not_code += 1
             return None
@@ -138,14 +141,14 @@ class CodeCache:
         self.by_key[info.key] = info
         return info.key
 
-    def decode_new(self, capture: StackCapture) -> None:
+    def decode_new(self, capture: StackCapture, decode: bool = True) -> None:
         """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code
         objects not seen before (see the module's docstring for why it cannot wait until after resume).
         Each distinct code object is identified once, however many frames run it (recursion, a loop of
-        calls)."""
+        calls). ``decode`` False: known code objects only, nothing read (``CPythonSession.warm``)."""
         raw, identify = capture.raw, self.identify
         capture.code_keys = {
-            code: identify(code, raw, offset) if offset >= 0 else None
+            code: identify(code, raw, offset, decode) if offset >= 0 else None
             for code, offset in capture.code_headers.items()
         }
 

@@ -112,7 +112,7 @@ class ScatterReader:
     miss: in its loop that saves a method call per frame, which is most of a warm frame's cost.
     """
 
-    __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls",
+    __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
                  "_local", "_remote", "_batch", "_batch_ptr")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
@@ -125,6 +125,9 @@ class ScatterReader:
         self.tail = 0
         self.misses = 0
         self.syscalls = 0
+        #: read nothing from the target: every range the last ``begin`` did not copy is unreadable. For a
+        #: walk over the previous capture's bytes while the thread runs (``CPythonSession.warm``).
+        self.frozen = False
         self._local = iovec(self.base, 0)
         self._remote = iovec(0, 0)
         self._batch = (ctypes.c_uint64 * (2 * IOV_MAX))()
@@ -159,7 +162,7 @@ class ScatterReader:
         """Read one range that the plan did not cover (one syscall)."""
         self.misses += 1
         offset = self.tail
-        if offset + size > len(self.buffer):
+        if offset + size > len(self.buffer) or self.frozen:
             return -1
         self._local.iov_base = self.base + offset
         self._local.iov_len = size
@@ -175,7 +178,7 @@ class ScatterReader:
         """Read independent ranges the plan did not cover (code headers) with one scatter read per
         ``IOV_MAX``; -1 for an unreadable one."""
         out = [-1] * len(addrs)
-        pending = list(range(len(addrs)))
+        pending = [] if self.frozen else list(range(len(addrs)))
         while pending:
             chunk = pending[:IOV_MAX]
             offset = self.tail

@@ -227,6 +227,10 @@ class Sampler:
         for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
             self.record(capture)
         hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
+        if hook is not None and due:  # the agents' stop-time code and data into the CPU caches
+            for target in self.targets.values():
+                if target.warm is not None:
+                    self._guard_agent(target, target.warm)
         captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
                                        window=self._window)  # fmt: skip
         last = len(captures) - 1

@@ -50,6 +50,7 @@ class Target:
         self.agent: AgentSession | None = None
         self.agent_index = -1
         self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
+        self.warm: Callable[[], object] | None = None  #: the agent's optional hook just before the stops
         self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
         self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
@@ -68,6 +69,7 @@ class Target:
                 self.agent = session
                 self.agent_index = agent_index(session.name)
                 self.refresh = getattr(session, "refresh", None)
+                self.warm = getattr(session, "warm", None)
                 self.holds_gil = getattr(session, "holds_gil", None)
                 self.detect_until = 0.0
                 return True

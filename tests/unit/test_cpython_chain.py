@@ -429,3 +429,30 @@ def test_strings_reused_after_the_stop_do_not_rename_a_function(target):
     frames, _cut = decode_frames(stack, target.layout.frame, adaptive)  # after resume
     info_b = codes.get(frames[1].code)
     assert info_b.name.endswith("b") and info_b.filename == "b.py"
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_warm_walk_reads_nothing_and_decodes_nothing(target):
+    """``CPythonSession.warm`` runs the stop-time walk over the last capture's bytes while the thread runs:
+    with the reader frozen and decoding off it makes no system call, gives the keys of known code objects
+    and leaves unknown ones undecoded."""
+    info, frames = chain(target, ["c", "b", "a"])
+    reader = ScatterReader(1, capacity=4 << 20)
+    _stack, wanted = capture(target, info, reader)
+    reader.plan = build_plan(*wanted)
+    stack, _ = capture(target, info, reader)
+    (_, _), codes = decode(target, stack)
+    target.link(frames[2], target.frame(target.code("new", 5), 0))  # the chain changed since the stop
+    copier = ChainCopier(target.layout, runtime=target.runtime)
+    target.syscalls = 0
+    reader.frozen = True
+    warm, _ = copier.copy(reader, TID, TID, info)
+    codes.decode_new(warm, decode=False)
+    known = warm.keys
+    fresh = CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
+    fresh.decode_new(warm, decode=False)
+    reader.frozen = False
+    assert target.syscalls == 0
+    assert known == stack.keys  # the stop's bytes: the old chain
+    assert fresh.stats == CodeCache(target.read, target.layout.code, target.layout.objects, TYPES).stats
+    assert not fresh.by_key and warm.code_keys and not any(warm.code_keys.values())

@@ -258,7 +258,9 @@ class Sampler:
         # a CPU all along since it was put there, its time not yet accounted (that waits for a scheduler
         # tick while it stays on the CPU). The second shows as a switch-in since the last sample and the
         # state R now; a stopped thread is switched in again when it is resumed.
-        ran = state.last_stack is None or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
+        # A thread seen asleep since nprof attached, and never sampled, has a run time to compare with
+        # (from that look) but no stack yet: it is left alone like any sleeper, without a sample to count.
+        ran = state.last_run_time < 0 or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
         switched_in = slices != state.last_slices
         if not ran and not switched_in and state.last_class.is_idle:
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
@@ -272,16 +274,16 @@ class Sampler:
         if not self.config.interrupt_sleeping and (letter in _ASLEEP or letter in _HALTED):
             # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
             state.last_run_time, state.last_slices = run_time, slices
-            if state.last_stack is not None:
-                self._count_again(state, SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE)
-            return True
+            return self._count_again(state, SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE)
         state.run_time_at_stop, state.slices_at_stop = run_time, slices
         return False
 
     def _count_again(self, state: ThreadState, cls: SampleClass) -> bool:
-        """A sample of the thread's last stack, without stopping it. Returns True (it was reused)."""
+        """A sample of the thread's last stack, without stopping it (none if it was never sampled: it has
+        slept since nprof attached). Returns True (it was not stopped)."""
         state.last_class = cls
-        self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
+        if state.last_stack is not None:
+            self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
         return True
 
     def agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:

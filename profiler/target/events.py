@@ -86,6 +86,10 @@ class SigchldWait:
 
     def __init__(self) -> None:
         self._waiter = pt.Waiter()
+        #: the last wait ended at its deadline: ``waitpid`` had found nothing and no SIGCHLD came after, so
+        #: every event since then has a SIGCHLD pending and the next wait can go to ``sigtimedwait`` at once
+        #: (the tick's stop wait starts so: one ``waitpid`` fewer per tick)
+        self._drained = False
         self._old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         self._set = ctypes.create_string_buffer(_SIGSET_BYTES)
         _sigemptyset(self._set)
@@ -97,9 +101,11 @@ class SigchldWait:
         is for ``AlarmWait``: this wait ends at the deadline exactly anyway.)"""
         waiter = self._waiter
         while True:
-            tid, status, err = waiter.wait(nohang=True)
-            if tid != 0:
-                return tid, status, err
+            if not self._drained:
+                tid, status, err = waiter.wait(nohang=True)
+                if tid != 0:
+                    return tid, status, err
+            self._drained = False
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return -1, 0, errno.EINTR
@@ -108,6 +114,7 @@ class SigchldWait:
             if _sigtimedwait(self._set, None, self._timeout) < 0:
                 err = ctypes.get_errno()
                 if err == errno.EAGAIN:
+                    self._drained = True
                     return -1, 0, errno.EINTR  # the deadline
                 return -1, 0, err  # EINTR: another signal (SIGINT, SIGTERM): the caller checks its flag
             # SIGCHLD: an event is ready (or one already taken by an earlier WNOHANG: then it loops)

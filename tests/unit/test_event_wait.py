@@ -53,6 +53,37 @@ def test_sigchld_wait_restores_the_signal_mask():
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
 
 
+def test_sigchld_wait_after_a_quiet_deadline_goes_straight_to_sigtimedwait():
+    """A wait that ended at its deadline had found no event and seen no SIGCHLD after, so any later event
+    leaves a SIGCHLD pending: the next wait needs no waitpid first (one system call fewer per tick), and
+    still reports an exit that comes during it."""
+    child = subprocess.Popen(["sleep", "30"])
+    wait = SigchldWait()
+    calls = []
+    real = wait._waiter.wait
+
+    class Counting:
+        @staticmethod
+        def wait(nohang: bool = False) -> tuple[int, int, int]:
+            calls.append(nohang)
+            return real(nohang)
+
+    wait._waiter = Counting()
+    try:
+        assert wait.wait(time.monotonic() + 0.02)[0] == -1
+        assert wait.wait(time.monotonic() + 0.02)[0] == -1
+        assert calls == [True], "the second wait made no waitpid"
+        child.kill()
+        tid, status, _err = wait.wait(time.monotonic() + 5)
+        assert tid == child.pid and os.WIFSIGNALED(status)
+        child.returncode = -signal.SIGKILL
+    finally:
+        wait.close()
+        if child.returncode is None:
+            child.kill()
+            child.wait()
+
+
 def python_c(code: str) -> list[str]:
     """The words a fresh interpreter prints running ``code`` (a process of its own: its threads and mask)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

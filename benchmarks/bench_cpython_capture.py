@@ -4,7 +4,9 @@ Not a test: run it by hand, e.g. ``python3 -m benchmarks.bench_cpython_capture -
 For each interpreter it runs ``tests/targets/python/chain.py`` with a ~10-frame Python stack, takes
 ``--ticks`` captures through the real ``Tracer`` (each thread stopped, copied, resumed), and times:
 
-* ``capture``: the agent hook inside the stop (what it adds to the thread's pause),
+* ``capture``: the agent hook inside the stop (what it adds to the thread's pause), on every other tick
+  as is ("min", "median", ...) and on the ticks between right after ``session.warm()``, as the sampler
+  runs it ("warmed"): interleaved, so both see the same phase of the machine,
 * ``frames``: decoding one capture after resume (steady state: code objects cached),
 * the syscalls per capture (``process_vm_readv`` calls; the read plan makes it 1 once warm) and the
   iovecs of that one call (each costs ~0.6 us in the kernel).
@@ -58,17 +60,26 @@ def _measure(proc: subprocess.Popen, tracer: Tracer, ticks: int) -> dict[str, fl
         return out
 
     decode_ns: list[int] = []
+    warm_ns: list[int] = []
     depth = 0
-    for _ in range(ticks):
+    for tick in range(ticks):
+        warm = tick % 2 == 1  # interleaved with cold ticks, so both see the same phase of this noisy VM
+        if warm:
+            session.warm()  # as the sampler does just before a tick's stops
+        start = len(capture_ns)
         for capture in tracer.capture(tracer.sync_threads(proc.pid), copy_stack=False, agent_capture=hook):
             t0 = time.perf_counter_ns()
             frames = session.frames(capture.agent_data)
             decode_ns.append(time.perf_counter_ns() - t0)
             depth = max(depth, len(frames))
+        if warm:
+            warm_ns.extend(capture_ns[start:])
+            del capture_ns[start:], cpu_ns[start:], syscalls[start:], iovecs[start:]
         session.refresh()
         time.sleep(0.002)
     warm = capture_ns[10:]
     return {
+        "capture_warm_median_us": statistics.median(warm_ns[10:]) / 1e3,
         "frames": depth,
         "capture_first_us": capture_ns[0] / 1e3,
         "capture_min_us": min(warm) / 1e3,
@@ -86,7 +97,7 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=400)
     args = parser.parse_args()
     print(f"{'interpreter':14} {'frames':>6} {'first':>8} {'min':>8} {'median':>8} {'p90':>8} {'cpu':>8} "
-          f"{'syscalls':>8} {'iovecs':>6} {'decode':>8}  (us)")
+          f"{'syscalls':>8} {'iovecs':>6} {'decode':>8} {'warmed':>8}  (us)")
     for param in interpreter_params():
         interp = param.values[0]
         if interp is None:
@@ -95,7 +106,7 @@ def main() -> None:
         print(f"{interp.label:14} {m['frames']:6d} {m['capture_first_us']:8.1f} {m['capture_min_us']:8.1f} "
               f"{m['capture_median_us']:8.1f} "
               f"{m['capture_p90_us']:8.1f} {m['capture_cpu_us']:8.1f} {m['syscalls_median']:8.0f} "
-              f"{m['iovecs_median']:6.0f} {m['decode_median_us']:8.1f}")
+              f"{m['iovecs_median']:6.0f} {m['decode_median_us']:8.1f} {m['capture_warm_median_us']:8.1f}")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ class ChainCopier:
 
     def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
         """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and
-        noting each distinct code pointer in ``out.code_headers`` (-1 for now; shims stay -1). The loop is
+        noting each distinct code pointer in ``out.code_headers`` (-1 for now; a shim's -2). The loop is
         every stop's largest Python cost, so it does nothing that can wait until after resume."""
         addrs, values, headers = out.addrs, out.values, out.code_headers
         append_addr, append_values = addrs.append, values.append
@@ -226,7 +226,7 @@ class ChainCopier:
 
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
-        in it (-1: none)."""
+        in it (-1: unreadable; -2: a shim's code, never read)."""
         csize, where, done = self.code_size, reader.plan.where, reader.done
         headers = out.code_headers
         missing: list[int] = []

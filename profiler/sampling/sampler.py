@@ -210,7 +210,7 @@ class Sampler:
             if not self.tracer.process_alive(pid):
                 continue
             if target.refresh is not None:
-                self._guard_agent(target, target.refresh)
+                self._guard_agent(target.refresh, "agent_refresh_errors")
             if sync or target.records is None:
                 target.records = self.tracer.sync_threads(pid)
             for record in target.records:
@@ -230,7 +230,7 @@ class Sampler:
         if hook is not None and due:  # the agents' stop-time code and data into the CPU caches
             for target in self.targets.values():
                 if target.warm is not None:
-                    self._guard_agent(target, target.warm)
+                    self._guard_agent(target.warm, "agent_warm_errors")
         captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
                                        window=self._window)  # fmt: skip
         last = len(captures) - 1
@@ -302,11 +302,12 @@ class Sampler:
         record = capture.thread
         self.stacks.record(self.targets[record.pid], self._state(record), capture)
 
-    def _guard_agent(self, target: Target, fn: Callable[[], object]) -> None:
+    def _guard_agent(self, fn: Callable[[], object], counter: str) -> None:
+        """Run an agent's between-ticks hook; a bug in it is counted, and must not end the recording."""
         try:
             fn()
         except Exception:
-            self.session.count("agent_refresh_errors")
+            self.session.count(counter)
 
     # --- the end ----------------------------------------------------------------------------------------
 

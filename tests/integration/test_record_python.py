@@ -167,6 +167,8 @@ def test_code_object_reuse_in_a_recording(interp, tmp_path):
         assert line in (first_line, first_line + 1, first_line + 2), (name, line)
     counters = Session.load(str(tmp_path / "churn.nprof")).counters
     assert counters.get("python_code_reused_addresses", 0) > 0, counters
+    # the agent's hooks (the warm-up over a chain that keeps changing, the copy, the refresh) never failed
+    assert not [name for name in counters if name.startswith("agent_") and name.endswith("_errors")], counters
 
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.12",)])

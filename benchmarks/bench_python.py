@@ -46,6 +46,8 @@ TARGET = os.path.join(HERE, "targets", "py_work.py")
 UNITS = {"chain": 300, "threads": 320}  # about 1.5 s of work unprofiled (3.12 here)
 PROFILERS = ("floor", "nprof", "nprof --no-native", "py-spy", "py-spy --native", "austin", "austin --native")
 FLOOR_WINDOW = 64 * 1024  #: nprof's default --stack-bytes
+#: the CPython measured by default (the one docs/benchmarks.md reports)
+DEFAULT_INTERPRETER = os.path.join(os.environ.get("PYENV_ROOT", "/root/.pyenv"), "versions", "3.12.1", "bin", "python3")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -176,8 +178,7 @@ def samples_of(output: str, profiler: list[str] | None) -> int:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--interpreter", default=os.path.join(os.environ.get("PYENV_ROOT", "/root/.pyenv"),
-                                                           "versions", "3.12.1", "bin", "python3"))  # fmt: skip
+    p.add_argument("--interpreter", default=DEFAULT_INTERPRETER)
     p.add_argument("--out", default=os.path.join(RESULTS, "python.json"))
     args = p.parse_args()
     rows = []

@@ -197,6 +197,11 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     written = _write_outputs(session, output, exporter, export)
     print(f"nprof: {why}; {session.total_samples:,} samples of {len(session.threads)} thread(s) in "
           f"{session.meta.duration:.1f}s ({error_count(session)} errors).")  # fmt: skip
+    held = session.counters.get("stop_held_median_ns")
+    if held is not None:
+        p90 = session.counters.get("stop_held_p90_ns", held)
+        print(f"nprof: threads were held {held / 1e3:.0f} µs per sample (median; p90 {p90 / 1e3:.0f} µs), "
+              "from their stop to their resume.")  # fmt: skip
     for line in written:
         print(f"nprof: {line}")
     print(top_table(session, export))

@@ -3,9 +3,10 @@
 On this shared VM a target's elapsed time moves by ±15–30% between runs, so two versions measured in
 separate benchmark runs cannot be compared. This checks out each git revision into a temporary worktree,
 and for each pair records the pure-Python chain at RATE with each version (its code first on
-``PYTHONPATH``), each run after its own unprofiled baseline, alternating which goes first. It prints, per
-version, the slowdowns and the target's off-CPU time per stack copied (its one thread's schedstat, as in
-``bench_python``): the steadier of the two.
+``PYTHONPATH``, run with ``python -P`` so that the working directory does not come first), each run after its own unprofiled baseline, alternating which goes first. It prints, per
+version, the slowdowns, the target's off-CPU time per stack copied (its one thread's schedstat, as in
+``bench_python``) and, for versions that keep it in the session, how long nprof held each stop (the
+steadiest of the three: it leaves out the kernel's interrupt and wake-up).
 
 usage: python -m benchmarks.ab_python OLD_REV NEW_REV [--pairs 8] [--rate 1000] [--interpreter PATH]
 """
@@ -19,6 +20,7 @@ import subprocess
 import tempfile
 
 from benchmarks.bench_python import DEFAULT_INTERPRETER, profilers, run_once
+from profiler.sampling.session import Session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,8 +42,11 @@ def main() -> None:
             subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", trees[name], rev], check=True,
                            capture_output=True)  # fmt: skip
         try:
-            rows: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+            rows: dict[str, list[tuple[float, float, float | None]]] = {name: [] for name in trees}
             command = profilers(args.rate, tmp, "unused")["nprof"]
+            # -P: no working directory at the front of sys.path, or `-m profiler` would import this checkout
+            # whatever PYTHONPATH says
+            command.insert(1, "-P")
             for pair in range(args.pairs):
                 for name in (("old", "new") if pair % 2 == 0 else ("new", "old")):
                     os.environ.pop("PYTHONPATH", None)
@@ -49,16 +54,21 @@ def main() -> None:
                     os.environ["PYTHONPATH"] = trees[name]
                     run = run_once(python, "chain", command)
                     stall = run["target_off_cpu"] / max(run["captures"], 1) * 1e6
-                    rows[name].append((run["elapsed"] / base["elapsed"], stall))
+                    held = Session.load(command[-1]).counters.get("stop_held_median_ns")
+                    rows[name].append((run["elapsed"] / base["elapsed"], stall, held and held / 1e3))
         finally:
             os.environ.pop("PYTHONPATH", None)
             for tree in trees.values():
                 subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", tree], capture_output=True)
     for name, values in rows.items():
         slowdowns, stalls = [v[0] for v in values], [v[1] for v in values]
+        helds = [v[2] for v in values if v[2] is not None]
+        held = f", held us per stop median {statistics.median(helds):.0f} ({min(helds):.0f}-{max(helds):.0f})" \
+            if helds else ""
         print(f"{name} {getattr(args, name)}: slowdown median {statistics.median(slowdowns):.2f} "
               f"({min(slowdowns):.2f}-{max(slowdowns):.2f}), off-CPU us per stop median "
-              f"{statistics.median(stalls):.0f} ({min(stalls):.0f}-{max(stalls):.0f})")  # fmt: skip
+              f"{statistics.median(stalls):.0f} ({min(stalls):.0f}-{max(stalls):.0f})"
+              f"{held}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -456,3 +456,36 @@ def test_warm_walk_reads_nothing_and_decodes_nothing(target):
     assert known == stack.keys  # the stop's bytes: the old chain
     assert fresh.stats == CodeCache(target.read, target.layout.code, target.layout.objects, TYPES).stats
     assert not fresh.by_key and warm.code_keys and not any(warm.code_keys.values())
+
+
+@pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
+def test_a_plan_that_missed_keeps_its_old_ranges(target):
+    """A stack that alternates between two shapes (3.8-3.10 reuse frame objects from a LIFO free list, so
+    a recursion going deeper and back comes back to the same frames) costs one read per capture once the
+    plan has seen both, instead of a read per frame the last capture did not have; and what a plan keeps
+    stays bounded however many different frames come and go."""
+    from agents.cpython.session import KEEP_MIN, ThreadSlot
+
+    t = target.layout.thread
+    outer = target.frame(target.code("a", 1), 0)
+    shape_a = target.frame(target.code("c", 3), target.frame(target.code("b", 2), outer))
+    shape_b = target.frame(target.code("x", 5), target.frame(target.code("y", 4), outer))
+    info = target.thread_state(shape_a)
+    slot, reader = ThreadSlot(info), ScatterReader(1, capacity=4 << 20)
+
+    def take(innermost: int) -> int:
+        target.put(info.addr + t.frame, "Q", innermost)
+        reader.plan, target.syscalls = slot.plan, 0
+        stack, wanted = capture(target, info, reader)
+        assert stack.status is CaptureStatus.OK
+        if wanted is not None:
+            slot.note(wanted, reader.misses > 0)
+            slot.rebuild()
+        return target.syscalls
+
+    take(shape_a)
+    take(shape_b)
+    assert [take(shape) for shape in (shape_a, shape_b) * 3] == [1] * 6
+    for i in range(300):  # a new innermost frame every time: the plan keeps a bounded tail of them
+        take(target.frame(target.code(f"f{i}", 10), outer))
+    assert len(slot.used[1]) <= 2 * (2 + KEEP_MIN)

@@ -1,7 +1,9 @@
 """Measure what the CPython agent costs a sample: the stop time ``capture`` adds, and the decode after resume.
 
 Not a test: run it by hand, e.g. ``python3 -m benchmarks.bench_cpython_capture --ticks 400``.
-For each interpreter it runs ``tests/targets/python/chain.py`` with a ~10-frame Python stack, takes
+For each interpreter it runs ``tests/targets/python/chain.py`` with a ~10-frame Python stack (or, with
+``--target recursion``, ``benchmarks/targets/py_recursion.py``, whose stack changes between any two
+samples), takes
 ``--ticks`` captures through the real ``Tracer`` (each thread stopped, copied, resumed), and times:
 
 * ``capture``: the agent hook inside the stop (what it adds to the thread's pause), on every other tick
@@ -29,11 +31,15 @@ from tests.support.targets import running_target
 from tests.targets.python.interpreters import TARGETS, interpreter_params
 
 DEPTH = 4  # chain.py extra frames: <module> main outer middle descend x5 inner = 10 Python frames
+TARGET_ARGV = {
+    "chain": [os.path.join(TARGETS, "chain.py"), str(DEPTH)],
+    "recursion": [os.path.join(os.path.dirname(os.path.abspath(__file__)), "targets", "py_recursion.py")],
+}
 
 
-def measure(python: str, ticks: int) -> dict[str, float]:
+def measure(python: str, ticks: int, target: str = "chain") -> dict[str, float]:
     tracer = Tracer()
-    with running_target([python, os.path.join(TARGETS, "chain.py"), str(DEPTH)], ready_at=2) as proc:
+    with running_target([python, *TARGET_ARGV[target]], ready_at=2) as proc:
         try:
             return _measure(proc, tracer, ticks)
         finally:
@@ -95,6 +101,7 @@ def _measure(proc: subprocess.Popen, tracer: Tracer, ticks: int) -> dict[str, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ticks", type=int, default=400)
+    parser.add_argument("--target", choices=sorted(TARGET_ARGV), default="chain")
     args = parser.parse_args()
     print(f"{'interpreter':14} {'frames':>6} {'first':>8} {'min':>8} {'median':>8} {'p90':>8} {'cpu':>8} "
           f"{'syscalls':>8} {'iovecs':>6} {'decode':>8} {'warmed':>8}  (us)")
@@ -102,7 +109,7 @@ def main() -> None:
         interp = param.values[0]
         if interp is None:
             continue
-        m = measure(interp.path, args.ticks)
+        m = measure(interp.path, args.ticks, args.target)
         print(f"{interp.label:14} {m['frames']:6d} {m['capture_first_us']:8.1f} {m['capture_min_us']:8.1f} "
               f"{m['capture_median_us']:8.1f} "
               f"{m['capture_p90_us']:8.1f} {m['capture_cpu_us']:8.1f} {m['syscalls_median']:8.0f} "

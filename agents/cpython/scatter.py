@@ -148,6 +148,14 @@ class ScatterReader:
             if n > 0:
                 self.done = bisect.bisect_right(plan.ends, n)
 
+    def unread_range(self) -> tuple[int, int] | None:
+        """The planned range the last ``begin`` stopped at, unreadable now (the kernel stops at the first
+        remote iovec that faults, so the ones after it were not tried); None if the whole plan was read."""
+        plan, i = self.plan, self.done
+        if i >= plan.count:
+            return None
+        return plan.remote[2 * i], plan.remote[2 * i + 1]
+
     def u64(self, offset: int) -> int:
         return _U64.unpack_from(self.view, offset)[0]
 

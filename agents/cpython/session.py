@@ -66,7 +66,7 @@ class ThreadSlot:
     What it keeps is bounded (``KEEP_MIN`` ranges, or as many as the capture needed), and a plan that holds
     more than twice what a capture needed is rebuilt from that capture alone (``ChainCopier.copy``)."""
 
-    __slots__ = ("info", "plan", "used", "wanted", "grow", "dirty")
+    __slots__ = ("info", "plan", "used", "wanted", "grow", "unread", "dirty")
 
     def __init__(self, info: ThreadStateInfo) -> None:
         self.info = info
@@ -74,17 +74,21 @@ class ThreadSlot:
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then frames and headers
         self.wanted: Wanted = ([], [])  #: what the last capture read, when it asked for a new plan
         self.grow = False  #: that capture missed reads: keep the old ranges too
+        self.unread: tuple[int, int] | None = None  #: the planned range that capture could not read
         self.dirty = False
 
-    def note(self, wanted: Wanted, missed: bool) -> None:
+    def note(self, wanted: Wanted, missed: bool, unread: tuple[int, int] | None) -> None:
         """During the stop: remember what the capture read (the plan is rebuilt after resume)."""
-        self.wanted, self.grow, self.dirty = wanted, missed, True
+        self.wanted, self.grow, self.unread, self.dirty = wanted, missed, unread, True
 
     def rebuild(self) -> None:
         fixed, rest = self.wanted
         if self.grow:
             needed = {addr for addr, _size in rest}
-            kept = [entry for entry in self.used[1] if entry[0] not in needed]
+            # a range that has become unmapped (a freed frame's memory returned to the system) is not kept:
+            # it would cut every later prefetch short, as the kernel stops at the first range that faults
+            lo, hi = (self.unread[0], self.unread[0] + self.unread[1]) if self.unread else (0, 0)
+            kept = [entry for entry in self.used[1] if entry[0] not in needed and not lo <= entry[0] < hi]
             rest = rest + kept[: max(KEEP_MIN, len(rest))]
         self.used = (fixed, rest)
         self.plan = build_plan(fixed, rest)
@@ -178,7 +182,7 @@ class CPythonSession:
         reader.begin(slot.plan)
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
         if wanted is not None:
-            slot.note(wanted, reader.misses > 0)
+            slot.note(wanted, reader.misses > 0, reader.unread_range())
         self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         if out.status == CaptureStatus.STALE:
             self._stale = True  # the thread state moved on (thread exited, tid reused): remap at refresh

@@ -479,13 +479,19 @@ def test_a_plan_that_missed_keeps_its_old_ranges(target):
         stack, wanted = capture(target, info, reader)
         assert stack.status is CaptureStatus.OK
         if wanted is not None:
-            slot.note(wanted, reader.misses > 0)
+            slot.note(wanted, reader.misses > 0, reader.unread_range())
             slot.rebuild()
         return target.syscalls
 
     take(shape_a)
     take(shape_b)
     assert [take(shape) for shape in (shape_a, shape_b) * 3] == [1] * 6
+    # a kept range whose memory is gone now (below the heap, so the prefetch stops there) is dropped
+    gone = (HEAP - (1 << 30), 64)
+    slot.used = (slot.used[0], [*slot.used[1], gone])
+    slot.plan = build_plan(*slot.used)
+    assert take(shape_a) > 1
+    assert gone not in slot.used[1] and take(shape_b) == 1 and take(shape_a) == 1
     for i in range(300):  # a new innermost frame every time: the plan keeps a bounded tail of them
         take(target.frame(target.code(f"f{i}", 10), outer))
     assert len(slot.used[1]) <= 2 * (2 + KEEP_MIN)

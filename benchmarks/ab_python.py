@@ -3,10 +3,11 @@
 On this shared VM a target's elapsed time moves by ±15–30% between runs, so two versions measured in
 separate benchmark runs cannot be compared. This checks out each git revision into a temporary worktree,
 and for each pair records the pure-Python chain at RATE with each version (its code first on
-``PYTHONPATH``, run with ``python -P`` so that the working directory does not come first), each run after its own unprofiled baseline, alternating which goes first. It prints, per
-version, the slowdowns, the target's off-CPU time per stack copied (its one thread's schedstat, as in
-``bench_python``) and, for versions that keep it in the session, how long nprof held each stop (the
-steadiest of the three: it leaves out the kernel's interrupt and wake-up).
+``PYTHONPATH``, run with ``python -P`` so that the working directory does not come first), each run after
+its own unprofiled baseline, alternating which goes first. It prints, per version, the slowdowns, the
+target's off-CPU time per stack copied (its one thread's schedstat, as in ``bench_python``) and, for
+versions that keep it in the session, how long nprof held each stop (the steadiest of the three: it
+leaves out the kernel's interrupt and wake-up).
 
 usage: python -m benchmarks.ab_python OLD_REV NEW_REV [--pairs 8] [--rate 1000] [--interpreter PATH]
 """

@@ -230,13 +230,8 @@ class Sampler:
         for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
             self.record(capture)
         hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
-        if hook is not None and due and not self._behind:
-            # the agents' stop-time code and data into the CPU caches: it shortens each stop by ~10% but
-            # costs nprof more CPU than the stop saves (it pays the cache misses), so not when nprof is
-            # already behind its rate
-            for target in self.targets.values():
-                if target.warm is not None:
-                    self._guard_agent(target.warm, "agent_warm_errors")
+        if hook is not None and due:
+            self._warm_agents()
         captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
                                        window=self._window)  # fmt: skip
         last = len(captures) - 1
@@ -307,6 +302,16 @@ class Sampler:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""
         record = capture.thread
         self.stacks.record(self.targets[record.pid], self._state(record), capture)
+
+    def _warm_agents(self) -> None:
+        """Just before the stops: the agents' stop-time code and data into the CPU caches. It shortens each
+        stop by ~10% but costs nprof more CPU than the stop saves (it pays the cache misses), so it is
+        skipped when nprof is already behind its rate."""
+        if self._behind:
+            return
+        for target in self.targets.values():
+            if target.warm is not None:
+                self._guard_agent(target.warm, "agent_warm_errors")
 
     def _guard_agent(self, fn: Callable[[], object], counter: str) -> None:
         """Run an agent's between-ticks hook; a bug in it is counted, and must not end the recording."""

@@ -1,6 +1,6 @@
-"""The sampler's decision to stop a thread or count its last stack again (``Sampler._reuse``), over scripted
-``/proc`` readings: pure logic, so the readings are stand-ins (the real ones are covered by the recording
-tests against live targets)."""
+"""The sampler's per-tick decisions, as pure logic over stand-ins (the real thing is covered by the
+recording tests against live targets): stopping a thread or counting its last stack again
+(``Sampler._reuse``, over scripted ``/proc`` readings), and warming the agents before the stops."""
 
 from __future__ import annotations
 
@@ -59,3 +59,27 @@ def test_thread_asleep_since_attach_is_stopped_once_it_runs():
 def test_sleeping_threads_are_stopped_with_interrupt_sleeping():
     s, record, state = sampler(interrupt_sleeping=True), Record(), ThreadState(index=0)
     assert s._reuse(record, state) is False  # never sampled: its stack is wanted, asleep or not
+
+
+@dataclass
+class WarmTarget:
+    """Stands in for a Target: only its agent's warm-up hook."""
+
+    calls: int = 0
+    fails: bool = False
+
+    def warm(self) -> None:
+        self.calls += 1
+        if self.fails:
+            raise RuntimeError("an agent bug")
+
+
+def test_agents_are_warmed_only_when_the_sampler_keeps_its_rate():
+    s = sampler()
+    ok, broken = WarmTarget(), WarmTarget(fails=True)
+    s.targets = {1: ok, 2: broken}  # type: ignore[dict-item]
+    s._warm_agents()
+    s._behind = True  # the next tick was already due when this one ended
+    s._warm_agents()
+    assert (ok.calls, broken.calls) == (1, 1)
+    assert s.session.counters.get("agent_warm_errors") == 1  # counted; the other agent still warmed

@@ -54,11 +54,14 @@ def test_pure_python_chain(interp, tmp_path):
     chain = ("<module>", "main", "outer", "middle", "inner")
     exact, total = share(profile.detailed, lambda s: python_part(s, path) == chain)
     assert exact / total >= 0.98, f"{exact}/{total} samples show exactly {chain}"
-    on_hot, in_inner = share(
-        {s: w for s, w in profile.detailed.items() if python_part(s, path)[-1:] == ("inner",)},
-        lambda s: [f for f in s if f[1] == path][-1][2] == hot,
-    )
-    assert on_hot / in_inner >= 0.9, f"the line of inner is the hot line {hot} in {on_hot}/{in_inner}"
+    in_inner = {s: w for s, w in profile.detailed.items() if python_part(s, path)[-1:] == ("inner",)}
+    on_hot, total_inner = share(in_inner, lambda s: [f for f in s if f[1] == path][-1][2] == hot)
+    # ~5% of inner's samples land on its loop's own line (the target's split; tests/integration/cpython/
+    # test_chain.py): the hot line alone gets room for that, the two together every sample
+    loop = marked_line("chain.py", "loop")
+    on_either, _ = share(in_inner, lambda s: [f for f in s if f[1] == path][-1][2] in (hot, loop))
+    assert on_hot / total_inner >= 0.85, f"the line of inner is the hot line {hot} in {on_hot}/{total_inner}"
+    assert on_either / total_inner >= 0.98, f"inner's lines are {hot} or {loop} in {on_either}/{total_inner}"
     # interleaving: the eval loop's native frames sit below the Python frames they run
     assert any(n == "_PyEval_EvalFrameDefault" for s in profile.stacks for n in s)
 

@@ -34,4 +34,8 @@ def test_cpu_bound_chain(interp):
     assert stats.truncated == 0 and stats.unreadable == 0
     line, count = lines.most_common(1)[0]
     assert line == hot, f"innermost lines: {dict(lines)}"
-    assert count >= 0.9 * exact, f"innermost lines: {dict(lines)}"
+    # ~95% land on the hot line and ~5% on the loop's own line (its FOR_ITER), 7-21 of 200 in repeated
+    # runs: that split is the target's, so the bound on the hot line alone leaves room for it, and the
+    # two lines together must hold every sample a correct line table can give
+    assert count >= 0.85 * exact, f"innermost lines: {dict(lines)}"
+    assert count + lines[marked_lines(SCRIPT)["loop"]] >= 0.98 * exact, f"innermost lines: {dict(lines)}"

@@ -13,7 +13,7 @@ import sys
 
 def inner(rounds):
     x = 1
-    for _ in range(rounds):
+    for _ in range(rounds):  # at:loop
         x = (x * 1103515245 + 12345) % 2147483648 ^ (x >> 3) + (x << 1) % 65537 - (x & 255) * 3  # at:hot
     return x
 

@@ -44,7 +44,7 @@ class StackCapture:
 
     During the stop the walk keeps only what it must: each frame's address (``addrs``) and its fields as
     one unpacked tuple (``values``, in the copier's field order), and each distinct code pointer's identity
-    header (``code_headers``: offset in ``raw``, or -1 for unreadable memory and shims). ``raw`` is a view
+    header (``code_headers``: offset in ``raw``; -1 for unreadable memory, -2 for a shim's). ``raw`` is a view
     of the reader's buffer, valid only during the stop: the code objects are identified from it there,
     once per distinct object (``CodeCache.decode_new``), which fills ``code_keys`` (code pointer -> key,
     None: not a code object).

@@ -23,8 +23,8 @@ header passes while the strings already belong to another function (seen here on
 a churning target: ``f_7217_line_120`` shown in file ``<churn-7218>``). Known code objects cost a dict
 lookup and a tuple comparison during the stop. Each code pointer's key is settled there and kept in the
 capture (``StackCapture.code_keys``), so decoding after resume neither reads the target nor looks a code
-object up again. ``_decode`` still re-reads the header after the strings, as a guard against a pointer that was not
-a live code object at all.
+object up again. ``_decode`` still re-reads the header after the strings, as a guard against a pointer that
+was not a live code object at all.
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two

@@ -26,7 +26,7 @@ from agents.cpython.code import SHIM_KEY, CodeCache
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
-from agents.cpython.scatter import EMPTY_PLAN, ReadPlan, ScatterReader, build_plan
+from agents.cpython.scatter import EMPTY_PLAN, ReadPlan, ScatterReader, build_plan, next_ranges
 from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
@@ -38,10 +38,6 @@ RESCAN_MIN_INTERVAL = 0.05
 RESCAN_MAX_INTERVAL = 1.0
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
-#: ranges a growing read plan keeps from before at least (ThreadSlot): a recursive fib(22) used 24 distinct
-#: frame objects on 3.8 and 3.10 (a 17-frame median stack); a range costs ~0.6 us in the kernel unless it
-#: merges with a neighbour
-KEEP_MIN = 64
 
 
 @dataclass
@@ -56,43 +52,33 @@ class SessionStats:
 
 
 class ThreadSlot:
-    """Per OS thread: its thread state and the read plan of its next capture.
+    """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
+    the next plan to cover (``pending``: rebuilt after resume, ``scatter.next_ranges`` says how)."""
 
-    A plan that missed reads *grows*: it keeps the ranges it had besides the ones the capture needed. A
-    stack that changes between samples mostly comes back to frames it used before: 3.8-3.10 allocate each
-    call's frame object from a LIFO free list, so a recursion that goes deeper and shallower again reuses
-    the same few objects, and a plan of only the last capture's frames missed each of them in turn, one
-    ``process_vm_readv`` per frame during the stop (a median of 5 per capture on a recursive ``fib``).
-    What it keeps is bounded (``KEEP_MIN`` ranges, or as many as the capture needed), and a plan that holds
-    more than twice what a capture needed is rebuilt from that capture alone (``ChainCopier.copy``)."""
+    __slots__ = ("key", "info", "plan", "used", "pending")
 
-    __slots__ = ("info", "plan", "used", "wanted", "grow", "unread", "dirty")
-
-    def __init__(self, info: ThreadStateInfo) -> None:
+    def __init__(self, key: int, info: ThreadStateInfo) -> None:
+        self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
         self.info = info
         self.plan: ReadPlan = EMPTY_PLAN
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then frames and headers
-        self.wanted: Wanted = ([], [])  #: what the last capture read, when it asked for a new plan
-        self.grow = False  #: that capture missed reads: keep the old ranges too
-        self.unread: tuple[int, int] | None = None  #: the planned range that capture could not read
-        self.dirty = False
+        #: what the last capture read, whether it missed reads, and the planned range it could not read
+        self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
 
     def note(self, wanted: Wanted, missed: bool, unread: tuple[int, int] | None) -> None:
         """During the stop: remember what the capture read (the plan is rebuilt after resume)."""
-        self.wanted, self.grow, self.unread, self.dirty = wanted, missed, unread, True
+        self.pending = (wanted, missed, unread)
 
     def rebuild(self) -> None:
-        fixed, rest = self.wanted
-        if self.grow:
-            needed = {addr for addr, _size in rest}
-            # a range that has become unmapped (a freed frame's memory returned to the system) is not kept:
-            # it would cut every later prefetch short, as the kernel stops at the first range that faults
-            lo, hi = (self.unread[0], self.unread[0] + self.unread[1]) if self.unread else (0, 0)
-            kept = [entry for entry in self.used[1] if entry[0] not in needed and not lo <= entry[0] < hi]
-            rest = rest + kept[: max(KEEP_MIN, len(rest))]
+        """After resume: the plan for what the last capture asked (nothing to do if it asked nothing)."""
+        if self.pending is None:
+            return
+        (fixed, rest), missed, unread = self.pending
+        if missed:
+            rest = next_ranges(self.used[1], rest, unread)
         self.used = (fixed, rest)
         self.plan = build_plan(fixed, rest)
-        self.dirty = False
+        self.pending = None
 
 
 class CPythonSession:
@@ -111,7 +97,7 @@ class CPythonSession:
         self._reader = ScatterReader(process.pid)
         self._native_keys = self._copier.native_keys
         self._slots: dict[int, ThreadSlot] = {}
-        self._last: tuple[int, int, ThreadSlot] | None = None  #: (tid, key, slot) of the last capture
+        self._last: ThreadSlot | None = None  #: the thread of the last capture (``warm`` walks its bytes)
         self.threads = ThreadMap({}, [], [], False)
         self._stale = True
         self._last_scan = -1.0
@@ -131,7 +117,7 @@ class CPythonSession:
         if force or since >= RESCAN_MAX_INTERVAL or (self._stale and since >= RESCAN_MIN_INTERVAL):
             self._rescan(now)
         for slot in self._slots.values():
-            if slot.dirty:
+            if slot.pending is not None:
                 self._rebuild(slot)
 
     def _rescan(self, now: float) -> None:
@@ -143,7 +129,7 @@ class CPythonSession:
         for key, info in threads.by_key.items():
             slot = self._slots.get(key)
             if slot is None or slot.info.addr != info.addr:
-                slot = ThreadSlot(info)
+                slot = ThreadSlot(key, info)
             slot.info = info
             slots[key] = slot
         if not threads.complete:
@@ -175,9 +161,9 @@ class CPythonSession:
             self.stats.unmapped += 1
             self._stale = True
             return None
-        if slot.dirty:
+        if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
-        self._last = (tid, key, slot)
+        self._last = slot
         reader = self._reader
         reader.begin(slot.plan)
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
@@ -198,14 +184,13 @@ class CPythonSession:
         more of nprof's CPU per capture (the warm-up pays the misses instead). The sampler skips it when it
         is behind its rate. It reads nothing from the target (the reader is frozen) and decodes nothing
         (unknown code objects stay unknown), so its result is thrown away unseen."""
-        last = self._last
-        if last is None:
+        slot = self._last
+        if slot is None:
             return
-        tid, key, slot = last
         reader = self._reader
         reader.frozen = True
         try:
-            out, _wanted = self._copier.copy(reader, tid, key, slot.info)
+            out, _wanted = self._copier.copy(reader, 0, slot.key, slot.info)
             self.codes.decode_new(out, decode=False)
         finally:
             reader.frozen = False

@@ -464,14 +464,15 @@ def test_a_plan_that_missed_keeps_its_old_ranges(target):
     a recursion going deeper and back comes back to the same frames) costs one read per capture once the
     plan has seen both, instead of a read per frame the last capture did not have; and what a plan keeps
     stays bounded however many different frames come and go."""
-    from agents.cpython.session import KEEP_MIN, ThreadSlot
+    from agents.cpython.scatter import KEEP_MIN
+    from agents.cpython.session import ThreadSlot
 
     t = target.layout.thread
     outer = target.frame(target.code("a", 1), 0)
     shape_a = target.frame(target.code("c", 3), target.frame(target.code("b", 2), outer))
     shape_b = target.frame(target.code("x", 5), target.frame(target.code("y", 4), outer))
     info = target.thread_state(shape_a)
-    slot, reader = ThreadSlot(info), ScatterReader(1, capacity=4 << 20)
+    slot, reader = ThreadSlot(TID, info), ScatterReader(1, capacity=4 << 20)
 
     def take(innermost: int) -> int:
         target.put(info.addr + t.frame, "Q", innermost)

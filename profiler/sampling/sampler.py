@@ -370,9 +370,8 @@ class Sampler:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
-            held = sorted(stats.held_ns)
-            self.session.counters["stop_held_median_ns"] = held[len(held) // 2]
-            self.session.counters["stop_held_p90_ns"] = held[int(0.9 * (len(held) - 1))]
+            self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)
+            self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9)
         for target in self.targets.values():
             if target.detection_pending:  # still waiting for its runtime: give up
                 self._no_runtime(target)

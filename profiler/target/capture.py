@@ -88,6 +88,13 @@ class TracerStats:
         else:
             self.held_ns[self.captures % HELD_TIMES] = ns
 
+    def held_quantile(self, q: float) -> int | None:
+        """The ``q`` quantile (0.5: the median) of the hold times kept, in ns; None before any capture."""
+        if not self.held_ns:
+            return None
+        held = sorted(self.held_ns)
+        return held[min(len(held) - 1, int(q * len(held)))]
+
 
 #: agent hook called while a thread is stopped: (thread, regs) -> bytes-like or None
 AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], object]

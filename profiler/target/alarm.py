@@ -15,6 +15,8 @@ import struct
 import threading
 import time
 
+from profiler.target.libc import libc
+
 CLOCK_MONOTONIC = 1  # linux/time.h
 SIGEV_THREAD_ID = 4  # asm-generic/siginfo.h
 
@@ -36,12 +38,11 @@ class _sigevent(ctypes.Structure):
 _ITIMERSPEC = struct.Struct("<qqqq")
 
 
-_libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc >= 2.34 has the timer_* functions (no librt)
-_timer_create = _libc.timer_create
+_timer_create = libc.timer_create
 _timer_create.argtypes = (ctypes.c_int, ctypes.POINTER(_sigevent), ctypes.POINTER(ctypes.c_void_p))
-_timer_settime = _libc.timer_settime
+_timer_settime = libc.timer_settime
 _timer_settime.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-_timer_delete = _libc.timer_delete
+_timer_delete = libc.timer_delete
 _timer_delete.argtypes = (ctypes.c_void_p,)
 
 

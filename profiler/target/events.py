@@ -33,17 +33,17 @@ from collections.abc import Iterator
 
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
+from profiler.target.libc import libc
 
 #: backstop period of the alarm after a deadline has passed, in case it fired between our check of the clock
 #: and the start of the blocking waitpid (there is no "pwaitpid" to close that race)
 ALARM_BACKSTOP = 0.001
 
-_libc = ctypes.CDLL("libc.so.6", use_errno=True)
-_sigtimedwait = _libc.sigtimedwait
+_sigtimedwait = libc.sigtimedwait
 _sigtimedwait.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _sigtimedwait.restype = ctypes.c_int
-_sigemptyset = _libc.sigemptyset
-_sigaddset = _libc.sigaddset
+_sigemptyset = libc.sigemptyset
+_sigaddset = libc.sigaddset
 _SIGSET_BYTES = 128  #: glibc's sigset_t (1024 bits)
 _TIMESPEC = struct.Struct("<qq")  #: struct timespec {time_t tv_sec; long tv_nsec;} on x86-64
 

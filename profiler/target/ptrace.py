@@ -24,6 +24,8 @@ from ptrace.binding.func import (
 from ptrace.binding.func import _ptrace as _raw_ptrace  # the bare libc ptrace symbol python-ptrace binds
 from ptrace.binding.linux_struct import user_regs_struct
 
+from profiler.target.libc import libc
+
 __all__ = [
     "PTRACE_CONT",
     "PTRACE_DETACH",
@@ -51,9 +53,8 @@ ERESTARTSYS = 512
 ERESTART_RESTARTBLOCK = 516
 _RESTART_CODES = frozenset({ERESTARTSYS, 513, 514, ERESTART_RESTARTBLOCK, errno_mod.EINTR})
 
-_libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
-_waitpid = _libc.waitpid
+_waitpid = libc.waitpid
 _waitpid.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int)
 _waitpid.restype = ctypes.c_int
 
@@ -62,7 +63,7 @@ class iovec(ctypes.Structure):
     _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
 
 
-_process_vm_readv = _libc.process_vm_readv
+_process_vm_readv = libc.process_vm_readv
 _process_vm_readv.argtypes = (
     ctypes.c_int,
     ctypes.POINTER(iovec),

@@ -1,0 +1,12 @@
+"""The C library, bound once for every ctypes call nprof makes (ptrace, waits, timers, signal sets).
+
+``use_errno`` makes ctypes keep each call's errno for ``ctypes.get_errno()``. Each module takes the
+functions it needs from this one handle and sets their ``argtypes`` itself; no two modules use the same
+function.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc >= 2.34 also has the timer_* functions (no librt)

@@ -96,8 +96,6 @@ class Sampler:
         self.end_reason = EndReason.STOPPED
         self.children = ChildWatcher()
         self._last_sync = 0.0
-        #: the next tick was due before the current one ended: no slack for the agents' warm-up
-        self._behind = False
         self._ncpu = _cpu_count()
         self.stacks = StackRecorder(session, config)
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
@@ -194,7 +192,6 @@ class Sampler:
                 break
             yield self.tick()
             due = self.timer.advance()
-            self._behind = due <= time.monotonic()
             if end is not None and due > end:
                 due = end
         self.session.meta.duration = time.monotonic() - self.started
@@ -307,7 +304,7 @@ class Sampler:
         """Just before the stops: the agents' stop-time code and data into the CPU caches. It shortens each
         stop by ~10% but costs nprof more CPU than the stop saves (it pays the cache misses), so it is
         skipped when nprof is already behind its rate."""
-        if self._behind:
+        if self.timer.behind:
             return
         for target in self.targets.values():
             if target.warm is not None:

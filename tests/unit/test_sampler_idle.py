@@ -79,7 +79,7 @@ def test_agents_are_warmed_only_when_the_sampler_keeps_its_rate():
     ok, broken = WarmTarget(), WarmTarget(fails=True)
     s.targets = {1: ok, 2: broken}  # type: ignore[dict-item]
     s._warm_agents()
-    s._behind = True  # the next tick was already due when this one ended
+    s.timer.behind = True  # the next tick was already due when this one ended
     s._warm_agents()
     assert (ok.calls, broken.calls) == (1, 1)
     assert s.session.counters.get("agent_warm_errors") == 1  # counted; the other agent still warmed

@@ -40,11 +40,13 @@ def instruction_offset(frame: FrameLayout, code_adaptive: int, code: int, positi
 
 def decode_frames(capture: StackCapture, frame: FrameLayout, code_adaptive: int) -> tuple[list[RuntimeFrame], bool]:
     """The capture's frames, and whether a bad code pointer cut them short. Uses the keys settled during
-    the stop (``CodeCache.decode_new``): nothing is read from the target or looked up here."""
+    the stop (``capture.code_keys``, from ``CodeCache.decode_new``): nothing is read from the target and
+    the code cache is not consulted."""
     out: list[RuntimeFrame] = []
     every_frame_entry = frame.kind is FrameKind.FRAME_OBJECT
     shims = frame.shim_owners
-    for (_addr, code, position, flags), key in zip(capture.frames, capture.keys):
+    key_of = capture.code_keys.get
+    for _addr, code, position, flags in capture.frames:
         if flags in shims:
             if out and not out[-1].shim:
                 out[-1] = out[-1]._replace(entry=True)
@@ -52,6 +54,7 @@ def decode_frames(capture: StackCapture, frame: FrameLayout, code_adaptive: int)
             else:
                 out.append(RuntimeFrame(SHIM_KEY, -1, True, True))
             continue
+        key = key_of(code)
         if key is None:
             return out, True
         offset = -1 if key == UNKNOWN_KEY else instruction_offset(frame, code_adaptive, code, position)

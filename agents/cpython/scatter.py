@@ -132,6 +132,54 @@ def next_ranges(
     return needed + kept[: max(KEEP_MIN, len(needed))]
 
 
+#: a snapshot buffer grows in steps of a page, so a plan that grows a little does not reallocate every time
+SNAPSHOT_ROUND = 4096
+
+
+class Snapshot:
+    """The bytes of one thread's read plan, copied during its stop by one ``process_vm_readv`` and kept for
+    the walk after resume (``ScatterReader.replay``): the least an agent can do while the thread is stopped.
+
+    The bytes are laid out as ``ScatterReader.begin`` lays them out, so the plan's offsets hold. One per
+    thread: the thread's next snapshot overwrites it, so it must be walked before that (the sampler walks
+    a tick's snapshots in the same tick). The buffer is sized when the plan is made (``fit``), never during
+    a stop: allocating there would lengthen the stop."""
+
+    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "_local", "_local_ptr")
+
+    def __init__(self) -> None:
+        self.tid = 0
+        self.plan = EMPTY_PLAN
+        self.done = 0  #: planned iovecs ``[0, done)`` were copied completely
+        self.buffer = ctypes.create_string_buffer(0)
+        self.base = ctypes.addressof(self.buffer)
+        self.view = memoryview(self.buffer).cast("B")
+        self._local = (ctypes.c_uint64 * 2)()
+        self._local_ptr = ctypes.cast(self._local, ctypes.POINTER(iovec))
+
+    def fit(self, plan: ReadPlan) -> None:
+        """Make room for ``plan`` (after resume, when the plan is built)."""
+        if len(self.buffer) < plan.total:
+            size = -(-plan.total // SNAPSHOT_ROUND) * SNAPSHOT_ROUND
+            self.buffer = ctypes.create_string_buffer(size)
+            self.base = ctypes.addressof(self.buffer)
+            self.view = memoryview(self.buffer).cast("B")
+
+    def take(self, pid: int, tid: int, plan: ReadPlan) -> bool:
+        """During the stop: copy every planned range with one syscall. False if the plan is empty or does
+        not fit (it was rebuilt and not yet ``fit``): the caller walks in the stop instead."""
+        if not plan.count or plan.total > len(self.buffer):
+            return False
+        local = self._local
+        local[0] = self.base
+        local[1] = plan.total
+        n = process_vm_readv(pid, self._local_ptr, 1, plan.remote_ptr, plan.count, 0)
+        self.tid = tid
+        self.plan = plan
+        self.done = bisect.bisect_right(plan.ends, n) if n > 0 else 0
+        return True
+
+
 class ScatterReader:
     """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs.
 
@@ -140,20 +188,20 @@ class ScatterReader:
     """
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_local", "_remote", "_batch", "_batch_ptr")
+                 "_own_view", "_local", "_remote", "_batch", "_batch_ptr")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
         self.buffer = ctypes.create_string_buffer(capacity)
         self.base = ctypes.addressof(self.buffer)
-        self.view = memoryview(self.buffer).cast("B")
+        self.view = self._own_view = memoryview(self.buffer).cast("B")
         self.plan = EMPTY_PLAN
         self.done = 0  #: planned iovecs ``[0, done)`` were read completely
         self.tail = 0
         self.misses = 0
         self.syscalls = 0
-        #: read nothing from the target: every range the last ``begin`` did not copy is unreadable. For a
-        #: walk over the previous capture's bytes while the thread runs (``CPythonSession.warm``).
+        #: read nothing from the target: every range the last ``begin`` (or ``replay``) did not copy is
+        #: unreadable, and counted as a miss. For a walk over bytes copied earlier while the thread runs.
         self.frozen = False
         self._local = iovec(self.base, 0)
         self._remote = iovec(0, 0)
@@ -163,6 +211,7 @@ class ScatterReader:
     def begin(self, plan: ReadPlan) -> None:
         """Prefetch every planned range with one syscall."""
         self.plan = plan
+        self.view = self._own_view
         self.misses = 0
         self.syscalls = 0
         self.tail = plan.total
@@ -174,6 +223,23 @@ class ScatterReader:
             self.syscalls = 1
             if n > 0:
                 self.done = bisect.bisect_right(plan.ends, n)
+
+    def replay(self, snapshot: Snapshot) -> None:
+        """Walk a snapshot instead of the target, with every thread running: the walk sees exactly what a
+        walk during the stop would have seen of the planned ranges; anything else it needs is a miss
+        (counted in ``misses``) and unreadable. ``end_replay`` returns to the reader's own buffer."""
+        self.plan = snapshot.plan
+        self.view = snapshot.view
+        self.done = snapshot.done
+        self.tail = snapshot.plan.total
+        self.misses = 0
+        self.syscalls = 0
+        self.frozen = True
+
+    def end_replay(self) -> None:
+        self.view = self._own_view
+        self.plan = EMPTY_PLAN
+        self.frozen = False
 
     def unread_range(self) -> tuple[int, int] | None:
         """The planned range the last ``begin`` stopped at, unreadable now (the kernel stops at the first
@@ -213,7 +279,10 @@ class ScatterReader:
         """Read independent ranges the plan did not cover (code headers) with one scatter read per
         ``IOV_MAX``; -1 for an unreadable one."""
         out = [-1] * len(addrs)
-        pending = [] if self.frozen else list(range(len(addrs)))
+        if self.frozen:
+            self.misses += len(addrs)
+            return out
+        pending = list(range(len(addrs)))
         while pending:
             chunk = pending[:IOV_MAX]
             offset = self.tail

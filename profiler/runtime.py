@@ -39,11 +39,19 @@ class AgentSession(Protocol):
         """Name, file and line of a runtime frame; called once per unique frame, at export."""
 
 
+#: What ``settle`` returns for a snapshot that did not hold everything: the engine stops the thread again
+#: and calls ``capture`` during that stop.
+RECAPTURE = object()
+
 #: Optional ``AgentSession`` methods the engine uses when an agent has them:
 #:
+#: * ``snapshot(tid, regs) -> object | None`` and ``settle(data) -> object``, a pair: during the stop,
+#:   ``snapshot`` copies only bytes it can name without reading any (what the thread's previous capture
+#:   needed), and after resume ``settle`` works out from them what ``capture`` would have returned: it
+#:   returns that, or ``RECAPTURE`` when the walk needed a byte the snapshot did not hold. ``snapshot``
+#:   returns None when it cannot help (a thread not seen before): the engine calls ``capture`` in the same
+#:   stop then. ``settle`` returns anything that did not come from ``snapshot`` unchanged.
 #: * ``refresh()``: between ticks, never while a thread is stopped (re-read thread lists...).
-#: * ``warm()``: just before a tick's stops, with every thread running: run what ``capture`` runs once,
-#:   reading nothing from the target, so that the stop does not pay for cold CPU caches.
 #: * ``holds_gil(capture) -> bool | None``: the thread held the runtime's global lock at the stop.
 #: * ``is_gil_wait(frame) -> bool``: a native frame of the runtime's lock wait (CPython's ``take_gil``).
 #: * ``is_interpreter_frame(frame) -> bool``: the interpreter's own glue between its eval loop and a C call,
@@ -54,7 +62,8 @@ class AgentSession(Protocol):
 #: * ``counters() -> dict[str, int]``: per-sample failures the agent counted (truncated chains...), added to
 #:   the session's counters at the end of a recording.
 OPTIONAL_SESSION_METHODS = (
-    "refresh", "warm", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name", "locals", "counters",
+    "snapshot", "settle", "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name",
+    "locals", "counters",
 )  # fmt: skip
 
 

@@ -48,6 +48,8 @@ GENERATION_MASK = 0xFFFF
 SHIM_KEY = 1
 #: RuntimeFrame.code of a code object that could not be decoded
 UNKNOWN_KEY = 2
+#: what ``identify`` returns, with decoding off, for a code object it does not know (never a frame's key)
+UNDECODED = 3
 
 
 #: a live code object's ob_refcnt is below this (3.12+ immortal ones hold _Py_IMMORTAL_REFCNT = UINT_MAX,
@@ -118,19 +120,19 @@ class CodeCache:
     def identify(self, addr: int, raw: bytes | memoryview, offset: int, decode: bool = True) -> int | None:
         """The key of the code object at ``addr`` whose identity header was captured at ``raw[offset:]``;
         None if it is not a code object (the caller truncates the stack there). A code object not seen
-        before is decoded now, so call this during the stop only; with ``decode`` False it is not (None),
-        and nothing is counted."""
+        before is decoded now, so call this during the stop only; with ``decode`` False it is not, and
+        ``UNDECODED`` says so."""
         if offset < 0 or offset + self._ident.size > len(raw):
             return None
         ident = self._ident.unpack_from(raw, offset)
         entry = self._by_addr.get(addr)
         if entry is not None and entry.ident == ident:
             return entry.key
-        if not decode:
-            return None
         if ident[self._i_type] != self._code_type:
             self.stats.not_code += 1
             return None
+        if not decode:
+            return UNDECODED
         info = self._decode(addr, ident)
         if info is None:
             self.stats.unreadable += 1
@@ -141,16 +143,22 @@ class CodeCache:
         self.by_key[info.key] = info
         return info.key
 
-    def decode_new(self, capture: StackCapture, decode: bool = True) -> None:
+    def decode_new(self, capture: StackCapture, decode: bool = True) -> bool:
         """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code
         objects not seen before (see the module's docstring for why it cannot wait until after resume).
         Each distinct code object is identified once, however many frames run it (recursion, a loop of
-        calls). ``decode`` False: known code objects only, nothing read (``CPythonSession.warm``)."""
+        calls). ``decode`` False: known code objects only, nothing read (``CPythonSession.settle``, after
+        resume); returns False if one was not known, and the capture must then be made in a stop."""
         raw, identify = capture.raw, self.identify
-        capture.code_keys = {
-            code: identify(code, raw, offset, decode) if offset >= 0 else None
-            for code, offset in capture.code_headers.items()
-        }
+        keys: dict[int, int | None] = {}
+        complete = True
+        for code, offset in capture.code_headers.items():
+            key = identify(code, raw, offset, decode) if offset >= 0 else None
+            if key is UNDECODED:
+                complete, key = False, None
+            keys[code] = key
+        capture.code_keys = keys
+        return complete
 
     def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
         """Read names, file and line table (after resume), then check the code object is still the one the

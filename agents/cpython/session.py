@@ -4,9 +4,13 @@ The sampler calls, per tick:
 
 * ``refresh()`` between ticks: re-walks the thread-state lists when a capture found a thread it could not
   map, or periodically; and rebuilds the read plans captures left dirty. Never while a thread is stopped.
-* ``capture(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), then the
-  copies of ``capture.py`` through the thread's read plan. Returns a ``StackCapture``, or None for a thread
-  without a Python thread state (a native thread: it is still profiled natively).
+* ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), then one
+  ``process_vm_readv`` of the thread's read plan into its ``Snapshot``, and nothing else. After resume
+  ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short (the chain
+  grew past the plan, a code object is new), the sampler stops the thread again and calls ``capture``.
+* ``capture(tid, regs)`` while the thread is stopped: the walk of ``capture.py`` through the thread's read
+  plan, reading what the plan missed, and new code objects decoded. Returns a ``StackCapture``, or None for
+  a thread without a Python thread state (a native thread: it is still profiled natively).
 * ``frames(capture)`` after resume: ``RuntimeFrame``s innermost first (``frames.py`` says how entries and
   shims are marked), ``holds_gil(capture)``, and ``locals(capture)`` for ``nprof dump --locals``.
 
@@ -26,10 +30,11 @@ from agents.cpython.code import SHIM_KEY, CodeCache
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
-from agents.cpython.scatter import EMPTY_PLAN, ReadPlan, ScatterReader, build_plan, next_ranges
+from agents.cpython.scatter import EMPTY_PLAN, ReadPlan, ScatterReader, Snapshot, build_plan, next_ranges
 from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
+from profiler.runtime import RECAPTURE
 from profiler.target.process import TargetProcess
 
 #: least time between two walks of the thread lists when captures ask for one (native threads ask each tick)
@@ -42,25 +47,28 @@ NAMES_MAX_AGE = 2.0
 
 @dataclass
 class SessionStats:
-    captures: int = 0
+    captures: int = 0  #: copied and walked in the stop (``capture``)
     unmapped: int = 0  #: captures of a thread with no known Python thread state
     stale: int = 0  #: the mapped thread state belonged to another thread by the time of the stop
     unreadable: int = 0  #: the thread state could not be read
     truncated: int = 0  #: stacks cut short by a looping, unreadable or garbage chain
     rescans: int = 0
     plan_rebuilds: int = 0
+    snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
+    recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
 
 
 class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``scatter.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "plan", "used", "pending")
+    __slots__ = ("key", "info", "plan", "used", "pending", "snap")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
         self.info = info
         self.plan: ReadPlan = EMPTY_PLAN
+        self.snap = Snapshot()  #: the plan's bytes as the last ``CPythonSession.snapshot`` copied them
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then frames and headers
         #: what the last capture read, whether it missed reads, and the planned range it could not read
         self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
@@ -78,6 +86,7 @@ class ThreadSlot:
             rest = next_ranges(self.used[1], rest, unread)
         self.used = (fixed, rest)
         self.plan = build_plan(fixed, rest)
+        self.snap.fit(self.plan)
         self.pending = None
 
 
@@ -97,7 +106,6 @@ class CPythonSession:
         self._reader = ScatterReader(process.pid)
         self._native_keys = self._copier.native_keys
         self._slots: dict[int, ThreadSlot] = {}
-        self._last: ThreadSlot | None = None  #: the thread of the last capture (``warm`` walks its bytes)
         self.threads = ThreadMap({}, [], [], False)
         self._stale = True
         self._last_scan = -1.0
@@ -163,7 +171,6 @@ class CPythonSession:
             return None
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
-        self._last = slot
         reader = self._reader
         reader.begin(slot.plan)
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
@@ -174,26 +181,45 @@ class CPythonSession:
             self._stale = True  # the thread state moved on (thread exited, tid reused): remap at refresh
         return out
 
-    def warm(self) -> None:
-        """Just before a tick's stops: run the stop-time walk once over the last capture's bytes.
+    def snapshot(self, tid: int, regs: object) -> ThreadSlot | None:
+        """The least copy while the thread is stopped: the ranges its read plan names, into the thread's
+        ``Snapshot``, with one ``process_vm_readv``; nothing is walked (``settle`` walks them after resume).
+        Returns the thread's slot, or None when there is no plan to copy by (a thread not seen or not
+        captured before, a plan not rebuilt yet): the sampler calls ``capture`` in the same stop then."""
+        slot = self._slots.get(tid if self._native_keys else regs.fs_base)  # type: ignore[attr-defined]
+        if slot is None or slot.pending is not None or not slot.snap.take(self._reader.pid, tid, slot.plan):
+            return None
+        return slot
 
-        Between two ticks nprof sleeps, and what ran on its CPU meanwhile has evicted the interpreter's
-        code and data that ``capture`` uses from the CPU caches; paid inside the stop, those misses keep
-        the target stopped longer. Measured on a 10-frame 3.12 chain at 1 kHz (8 interleaved pairs of
-        whole recordings): the tracer held each thread 81 us against 90 us without the warm-up, for ~34 us
-        more of nprof's CPU per capture (the warm-up pays the misses instead). The sampler skips it when it
-        is behind its rate. It reads nothing from the target (the reader is frozen) and decodes nothing
-        (unknown code objects stay unknown), so its result is thrown away unseen."""
-        slot = self._last
-        if slot is None:
-            return
-        reader = self._reader
-        reader.frozen = True
+    def settle(self, data: object) -> object:
+        """After resume: what ``capture`` would have returned in the stop of a ``snapshot``, worked out from
+        its bytes alone; ``RECAPTURE`` when they do not hold everything. Anything else comes back unchanged.
+
+        A walk over a snapshot sees exactly what a walk during that stop would have seen, as long as it
+        needs no byte outside the plan: every planned byte was copied in the stop. It needs more when the
+        chain grew past the plan (a deeper stack, a new frame object), or met a code object not decoded
+        yet, or replaced at its address: a new code object must be decoded while its frame keeps it alive
+        (``code.py``). The sampler then stops the thread again at once and calls ``capture``. Plans keep
+        the ranges of earlier captures (``scatter.next_ranges``), so that is rare: 1-3% of the captures of
+        a recursive fib(22) recorded at 1 kHz (3.8-3.13), none of a steady chain."""
+        if not isinstance(data, ThreadSlot):
+            return data
+        snap, reader = data.snap, self._reader
+        reader.replay(snap)
         try:
-            out, _wanted = self._copier.copy(reader, 0, slot.key, slot.info)
-            self.codes.decode_new(out, decode=False)
+            out, wanted = self._copier.copy(reader, snap.tid, data.key, data.info)
+            missed = reader.misses
         finally:
-            reader.frozen = False
+            reader.end_replay()
+        if missed or not self.codes.decode_new(out, decode=False):  # known code objects only: no reads
+            self.stats.recaptured += 1
+            return RECAPTURE
+        self.stats.snapshots += 1
+        if wanted is not None:
+            data.note(wanted, False, None)  # a plan grown past twice what this capture needed: shrink it
+        if out.status == CaptureStatus.STALE:
+            self._stale = True
+        return out
 
     # --- after resume ---------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ ERROR_COUNTERS = (
     "agent_capture_errors",
     "agent_decode_errors",
     "agent_refresh_errors",
-    "agent_warm_errors",
+    "agent_settle_errors",
     "stack_outside_mappings",
     "python_stacks_truncated",
     "python_stacks_unreadable",

@@ -26,7 +26,7 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.errors import NprofError
 from profiler.model import SampleClass, StopReason
-from profiler.runtime import Agent
+from profiler.runtime import RECAPTURE, Agent
 from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.session import Session
 from profiler.sampling.stacks import StackRecorder
@@ -227,16 +227,34 @@ class Sampler:
         for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
             self.record(capture)
         hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
-        if hook is not None and due:
-            self._warm_agents()
-        captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
-                                       window=self._window)  # fmt: skip
+        # During the stops the agents copy what they can name in advance (``agent_snapshot``); each copy is
+        # settled after resume, and a thread whose copy fell short is stopped again and captured in full.
+        # Late stops (after the window) are captured in full: they are recorded at the next tick.
+        first = self.agent_snapshot if hook is not None else None
+        captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=first, fifo=fifo,
+                                       window=self._window, late_agent_capture=hook)  # fmt: skip
+        again = self._record_all(captures, settle=True)
+        stopped = len(captures)
+        if again:
+            captures = self.tracer.capture(again, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
+                                           window=self._window)  # fmt: skip
+            self._record_all(captures, settle=False)
+            stopped += len(captures)
+        return Tick(self.ticks, time.monotonic() - self.started, stopped, reused)
+
+    def _record_all(self, captures: list[Capture], settle: bool) -> list[ThreadRecord]:
+        """Record a tick's captures (every thread runs again); with ``settle``, first let the agents settle
+        their snapshots. Returns the threads whose snapshot fell short, which were not recorded."""
+        again: list[ThreadRecord] = []
         last = len(captures) - 1
         for i, capture in enumerate(captures):
-            self.record(capture)
+            if settle and not self._settle(capture):
+                again.append(capture.thread)
+            else:
+                self.record(capture)
             if i < last:  # after the last one, the pump for the next tick answers them first
                 self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
-        return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
+        return again
 
     def _state(self, record: ThreadRecord) -> ThreadState:
         state = record.user
@@ -295,20 +313,39 @@ class Sampler:
             self.session.count("agent_capture_errors")
             return None
 
+    def agent_snapshot(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
+        """The tracer's hook during a tick's stops: the agent's ``snapshot`` of the thread where it has one
+        (the least copy; walked after resume by ``settle``), else its full ``capture``."""
+        target = self.targets.get(record.pid)
+        if target is None or target.snapshot is None:
+            return self.agent_capture(record, regs)
+        try:
+            data = target.snapshot(record.tid, regs)
+        except Exception:  # an agent bug must not leave the thread stopped or end the recording
+            self.session.count("agent_capture_errors")
+            return None
+        return self.agent_capture(record, regs) if data is None else data
+
+    def _settle(self, capture: Capture) -> bool:
+        """After resume: the agent's capture from its snapshot. False: the snapshot fell short, and the
+        thread must be captured again (the first capture is dropped whole, native stack included)."""
+        settle = self.targets[capture.thread.pid].settle
+        if settle is None or capture.agent_data is None:
+            return True
+        try:
+            data = settle(capture.agent_data)
+        except Exception:
+            self.session.count("agent_settle_errors")
+            data = None  # recorded with native frames only
+        if data is RECAPTURE:
+            return False
+        capture.agent_data = data
+        return True
+
     def record(self, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""
         record = capture.thread
         self.stacks.record(self.targets[record.pid], self._state(record), capture)
-
-    def _warm_agents(self) -> None:
-        """Just before the stops: the agents' stop-time code and data into the CPU caches. It shortens each
-        stop by ~10% but costs nprof more CPU than the stop saves (it pays the cache misses), so it is
-        skipped when nprof is already behind its rate."""
-        if self.timer.behind:
-            return
-        for target in self.targets.values():
-            if target.warm is not None:
-                self._guard_agent(target.warm, "agent_warm_errors")
 
     def _guard_agent(self, fn: Callable[[], object], counter: str) -> None:
         """Run an agent's between-ticks hook; a bug in it is counted, and must not end the recording."""

@@ -50,7 +50,9 @@ class Target:
         self.agent: AgentSession | None = None
         self.agent_index = -1
         self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
-        self.warm: Callable[[], object] | None = None  #: the agent's optional hook just before the stops
+        #: the agent's optional pair: a copy during the stop, walked after resume (runtime.py)
+        self.snapshot: Callable[[int, object], object] | None = None
+        self.settle: Callable[[object], object] | None = None
         self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
         self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
@@ -69,7 +71,9 @@ class Target:
                 self.agent = session
                 self.agent_index = agent_index(session.name)
                 self.refresh = getattr(session, "refresh", None)
-                self.warm = getattr(session, "warm", None)
+                snapshot, settle = getattr(session, "snapshot", None), getattr(session, "settle", None)
+                if snapshot is not None and settle is not None:
+                    self.snapshot, self.settle = snapshot, settle
                 self.holds_gil = getattr(session, "holds_gil", None)
                 self.detect_until = 0.0
                 return True

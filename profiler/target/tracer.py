@@ -128,6 +128,7 @@ class Tracer:
         agent_capture: AgentCapture | None = None,
         fifo: bool = False,
         window: float | None = None,
+        late_agent_capture: AgentCapture | None = None,
     ) -> list[Capture]:
         """Interrupt every due thread, then copy and resume each as it reports its stop.
 
@@ -136,7 +137,9 @@ class Tracer:
         deadline): a thread that is runnable but not on a CPU stops only when the scheduler next runs it,
         which can take a whole scheduler slice (4-13 ms measured here with 8 busy threads on 2 CPUs).
         Such a late thread is copied and resumed the moment its stop arrives, whenever that is; its capture
-        is handed out by ``take_late_captures``.
+        is handed out by ``take_late_captures``, copied with ``late_agent_capture`` if given.
+
+        The captures live in the tracer's slots until its next ``capture`` call: record them before it.
         """
         captures: list[Capture] = []
         stack_bytes = self.stack_bytes if copy_stack else 0
@@ -149,8 +152,9 @@ class Tracer:
 
         pending = self._interrupt(due)
         self._collect(pending, copy_and_resume, fifo, window=window)
+        late_hook = agent_capture if late_agent_capture is None else late_agent_capture
         for tid in pending:  # missed the window: their stops are copied when they come
-            self._late[tid] = (stack_bytes, agent_capture)
+            self._late[tid] = (stack_bytes, late_hook)
         self.stats.captures += len(captures)
         return captures
 

@@ -64,6 +64,10 @@ def test_pure_python_chain(interp, tmp_path):
     assert on_either / total_inner >= 0.98, f"inner's lines are {hot} or {loop} in {on_either}/{total_inner}"
     # interleaving: the eval loop's native frames sit below the Python frames they run
     assert any(n == "_PyEval_EvalFrameDefault" for s in profile.stacks for n in s)
+    # a steady chain is copied by its plan in the stop and walked after resume, all but the first captures
+    session = Session.load(str(tmp_path / "chain.nprof"))
+    settled = session.counters.get("python_stacks_snapshots", 0)
+    assert settled >= 0.9 * total, f"{settled} of {total} samples walked after resume: {session.counters}"
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)
@@ -170,7 +174,10 @@ def test_code_object_reuse_in_a_recording(interp, tmp_path):
         assert line in (first_line, first_line + 1, first_line + 2), (name, line)
     counters = Session.load(str(tmp_path / "churn.nprof")).counters
     assert counters.get("python_code_reused_addresses", 0) > 0, counters
-    # the agent's hooks (the warm-up over a chain that keeps changing, the copy, the refresh) never failed
+    # new code objects cannot be settled after resume: those threads were stopped again and captured whole
+    assert counters.get("python_stacks_recaptured", 0) > 0, counters
+    # the agent's hooks (the snapshot, its settling over a chain that keeps changing, the copy, the
+    # refresh) never failed
     assert not [name for name in counters if name.startswith("agent_") and name.endswith("_errors")], counters
 
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from types import SimpleNamespace
 
 import pytest
 
 from agents.cpython import scatter
-from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier
+from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.offsets import TABLES
 from agents.cpython.scatter import ScatterReader, build_plan
+from agents.cpython.session import CPythonSession, SessionStats, ThreadSlot
 from agents.cpython.threads import ThreadStateInfo, walk_thread_states
+from profiler.runtime import RECAPTURE
 from profiler.target.ptrace import iovec
 
 HEAP = 0x10_0000_0000
@@ -67,7 +70,7 @@ class FakeTarget:
 
     def readv(self, pid, local, nlocal, remote, nremote, flags) -> int:
         self.syscalls += 1
-        dest = local._obj
+        dest = local._obj if hasattr(local, "_obj") else local[0]
         remotes = [remote._obj] if hasattr(remote, "_obj") else [remote[i] for i in range(nremote)]
         done = 0
         for iov in remotes:
@@ -431,31 +434,104 @@ def test_strings_reused_after_the_stop_do_not_rename_a_function(target):
     assert info_b.name.endswith("b") and info_b.filename == "b.py"
 
 
+def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
+    """A ``CPythonSession`` over the fake target's memory, with the fields ``capture``, ``snapshot`` and
+    ``settle`` use (no process, no interpreter detection)."""
+    if target.runtime == 0:
+        target.runtime = target.alloc(2048)
+    session = object.__new__(CPythonSession)
+    session.layout = target.layout
+    session.stats = SessionStats()
+    session.codes = CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
+    session._copier = ChainCopier(target.layout, runtime=target.runtime)
+    session._reader = ScatterReader(1, capacity=4 << 20)
+    session._native_keys = session._copier.native_keys
+    session._slots = {TID: ThreadSlot(TID, info)}
+    session._stale = False
+    return session
+
+
+REGS = SimpleNamespace(fs_base=TID)  #: the registers' only field the session reads (<=3.10 map by fs_base)
+
+
+def planned(session: CPythonSession, target: FakeTarget) -> StackCapture:
+    """A first capture in a stop (it has no plan to snapshot by), then the plan built after resume."""
+    assert session.snapshot(TID, REGS) is None  # no plan yet: the sampler captures in the stop instead
+    first = session.capture(TID, REGS)
+    session._slots[TID].rebuild()  # as ``refresh`` does between ticks
+    return first
+
+
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
-def test_warm_walk_reads_nothing_and_decodes_nothing(target):
-    """``CPythonSession.warm`` runs the stop-time walk over the last capture's bytes while the thread runs:
-    with the reader frozen and decoding off it makes no system call, gives the keys of known code objects
-    and leaves unknown ones undecoded."""
+def test_a_snapshot_settles_to_what_the_stop_saw(target):
+    """The stop copies the plan with one syscall and walks nothing; after resume ``settle`` walks those
+    bytes, reading nothing more, and gets the chain as it was at the stop, even though the thread has
+    changed it since."""
     info, frames = chain(target, ["c", "b", "a"])
-    reader = ScatterReader(1, capacity=4 << 20)
-    _stack, wanted = capture(target, info, reader)
-    reader.plan = build_plan(*wanted)
-    stack, _ = capture(target, info, reader)
-    (_, _), codes = decode(target, stack)
-    target.link(frames[2], target.frame(target.code("new", 5), 0))  # the chain changed since the stop
-    copier = ChainCopier(target.layout, runtime=target.runtime)
+    session = session_over(target, info)
+    first = planned(session, target)
     target.syscalls = 0
-    reader.frozen = True
-    warm, _ = copier.copy(reader, TID, TID, info)
-    codes.decode_new(warm, decode=False)
-    known = warm.keys
-    fresh = CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
-    fresh.decode_new(warm, decode=False)
-    reader.frozen = False
-    assert target.syscalls == 0
-    assert known == stack.keys  # the stop's bytes: the old chain
-    assert fresh.stats == CodeCache(target.read, target.layout.code, target.layout.objects, TYPES).stats
-    assert not fresh.by_key and warm.code_keys and not any(warm.code_keys.values())
+    data = session.snapshot(TID, REGS)
+    assert data is not None and target.syscalls == 1
+    target.link(frames[2], target.frame(target.code("later", 5), 0))  # the thread runs on after resume
+    settled = session.settle(data)
+    assert target.syscalls == 1  # settle read nothing
+    assert isinstance(settled, StackCapture) and settled.status is CaptureStatus.OK
+    (decoded, cut), _ = decode(target, settled, session.codes)
+    assert names_of(session.codes, decoded) == ["c", "b", "a"] and not cut
+    assert settled.code_keys == first.code_keys and settled.holds_gil == first.holds_gil
+    assert session.settle(first) is first  # a capture made in a stop passes through
+    assert (session.stats.snapshots, session.stats.recaptured) == (1, 0)
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
+    """A chain that grew past the plan, or a code object born at a known code address (it must be decoded
+    while its frame keeps it alive), cannot be settled from the snapshot: ``RECAPTURE``, counted, and the
+    capture in the next stop (the sampler's) sees the new chain."""
+    info, frames = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    deeper = target.frame(target.code("deeper", 3), frames[0])  # a call since the last capture
+    t = target.layout.thread
+    if t.cframe_current_frame is not None:
+        cframe = struct.unpack_from("<Q", target.heap, info.addr + t.frame - HEAP)[0]
+        target.put(cframe + t.cframe_current_frame, "Q", deeper)
+    else:
+        target.put(info.addr + t.frame, "Q", deeper)
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
+    again = session.capture(TID, REGS)
+    (decoded, _), _ = decode(target, again, session.codes)
+    assert names_of(session.codes, decoded) == ["deeper", "c", "b", "a"]
+    session._slots[TID].rebuild()
+    c = target.layout.code
+    code_b = again.frames[2][1]
+    target.put(code_b + c.name, "Q", target.string("reborn"))  # "b" freed, another function at its address
+    target.put(code_b + c.firstlineno, "i", 77)
+    if c.version is not None:
+        target.put(code_b + c.version, "I", 999)
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
+    assert session.stats.recaptured == 2 and session.stats.snapshots == 0
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize("garbage", ["not-code", "odd", "unmapped"])
+def test_a_snapshot_settles_a_garbage_code_pointer_as_the_stop_would(target, garbage):
+    """A code pointer that is not a code object is told from its header alone: the settled stack is cut
+    there, as a capture in the stop cuts it, with no second stop. Only a pointer into unmapped memory,
+    which the plan cannot hold, needs the stop (the full capture reads it again and fails again)."""
+    info, frames = chain(target, ["c", "b", "a"])
+    bad = {"not-code": target.string("a str, not a code object"), "unmapped": UNMAPPED, "odd": HEAP + 1}[garbage]
+    target.put(frames[1] + target.layout.frame.code, "Q", bad)
+    session = session_over(target, info)
+    planned(session, target)
+    settled = session.settle(session.snapshot(TID, REGS))
+    if garbage == "unmapped":
+        assert settled is RECAPTURE
+        return
+    (decoded, cut), _ = decode(target, settled, session.codes)
+    assert cut and names_of(session.codes, decoded) == ["c"]
+    assert session.stats.recaptured == 0
 
 
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)

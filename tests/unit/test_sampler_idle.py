@@ -1,6 +1,6 @@
 """The sampler's per-tick decisions, as pure logic over stand-ins (the real thing is covered by the
 recording tests against live targets): stopping a thread or counting its last stack again
-(``Sampler._reuse``, over scripted ``/proc`` readings), and warming the agents before the stops."""
+(``Sampler._reuse``, over scripted ``/proc`` readings), and settling the agents' snapshots after resume."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from profiler.config import SamplerConfig
 from profiler.model import SampleClass
+from profiler.runtime import RECAPTURE
 from profiler.sampling.sampler import IDLE_EPSILON_NS, Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.sampling.target import ThreadState
@@ -62,24 +63,43 @@ def test_sleeping_threads_are_stopped_with_interrupt_sleeping():
 
 
 @dataclass
-class WarmTarget:
-    """Stands in for a Target: only its agent's warm-up hook."""
+class SettlingTarget:
+    """Stands in for a Target: only its agent's ``settle``, answering from a script per thread."""
 
-    calls: int = 0
-    fails: bool = False
+    answers: dict[int, object]
 
-    def warm(self) -> None:
-        self.calls += 1
-        if self.fails:
-            raise RuntimeError("an agent bug")
+    def settle(self, data: object) -> object:
+        answer = self.answers[data]  # type: ignore[index]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
-def test_agents_are_warmed_only_when_the_sampler_keeps_its_rate():
+@dataclass
+class Thread:
+    tid: int
+    pid: int = 1
+
+
+@dataclass
+class FakeCapture:
+    thread: Thread
+    agent_data: object
+
+
+def test_snapshots_that_fall_short_are_captured_again_not_recorded():
+    """After resume each snapshot is settled: a settled one is recorded with what the agent made of it, one
+    that fell short (RECAPTURE) is handed back to be captured again, and an agent that fails to settle is
+    counted and its sample keeps its native frames."""
     s = sampler()
-    ok, broken = WarmTarget(), WarmTarget(fails=True)
-    s.targets = {1: ok, 2: broken}  # type: ignore[dict-item]
-    s._warm_agents()
-    s.timer.behind = True  # the next tick was already due when this one ended
-    s._warm_agents()
-    assert (ok.calls, broken.calls) == (1, 1)
-    assert s.session.counters.get("agent_warm_errors") == 1  # counted; the other agent still warmed
+    agent = SettlingTarget({10: "stack of 10", 11: RECAPTURE, 12: RuntimeError("agent bug")})
+    s.targets = {1: agent}  # type: ignore[dict-item]
+    recorded: list[tuple[int, object]] = []
+    s.record = lambda c: recorded.append((c.thread.tid, c.agent_data))  # type: ignore[method-assign]
+    s.tracer.answer_events = lambda: None  # type: ignore[method-assign]
+    captures = [FakeCapture(Thread(tid), tid) for tid in (10, 11, 12, 13)]
+    captures[3].agent_data = None  # a native thread: nothing to settle
+    again = s._record_all(captures, settle=True)  # type: ignore[arg-type]
+    assert [t.tid for t in again] == [11]
+    assert recorded == [(10, "stack of 10"), (12, None), (13, None)]
+    assert s.session.counters.get("agent_settle_errors") == 1

@@ -1,19 +1,21 @@
-"""Measure what the CPython agent costs a sample: the stop time ``capture`` adds, and the decode after resume.
+"""Measure what the CPython agent costs a sample: the stop time it adds, and the work after resume.
 
 Not a test: run it by hand, e.g. ``python3 -m benchmarks.bench_cpython_capture --ticks 400``.
 For each interpreter it runs ``tests/targets/python/chain.py`` with a ~10-frame Python stack (or, with
 ``--target recursion``, ``benchmarks/targets/py_recursion.py``, whose stack changes between any two
-samples), takes
-``--ticks`` captures through the real ``Tracer`` (each thread stopped, copied, resumed), and times:
+samples), takes ``--ticks`` captures through the real ``Tracer`` (each thread stopped, copied, resumed),
+alternating the two ways the agent can copy during the stop, so both see the same phase of the machine:
 
-* ``capture``: the agent hook inside the stop (what it adds to the thread's pause), on every other tick
-  as is ("min", "median", ...) and on the ticks between right after ``session.warm()``, as the sampler
-  runs it ("warmed"): interleaved, so both see the same phase of the machine,
+* ``capture`` (the walk in the stop, "walk in stop"): what a thread seen for the first time, or one whose
+  snapshot fell short, costs; every other tick,
+* ``snapshot`` (the sampler's way, "snapshot"): one read of the thread's plan, nothing walked; then, after
+  resume, ``settle`` walks it ("settle"); the share of snapshots that fell short and were captured
+  again in a stop is "again %",
 * ``frames``: decoding one capture after resume (steady state: code objects cached),
-* the syscalls per capture (``process_vm_readv`` calls; the read plan makes it 1 once warm) and the
+* the syscalls of a ``capture`` (``process_vm_readv`` calls; the read plan makes it 1 once warm) and the
   iovecs of that one call (each costs ~0.6 us in the kernel).
 
-Wall times include any preemption of nprof itself; ``cpu`` is the hook's own CPU time.
+Times are wall-clock medians of the hook inside the stop and include any preemption of nprof itself.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import subprocess
 import time
 
 from agents.cpython import CPythonAgent
+from profiler.runtime import RECAPTURE
 from profiler.target.process import TargetProcess
 from profiler.target.tracer import Tracer
 from tests.support.targets import running_target
@@ -51,50 +54,58 @@ def _measure(proc: subprocess.Popen, tracer: Tracer, ticks: int) -> dict[str, fl
     session = CPythonAgent().detect(process)
     assert session is not None
     tracer.add_process(process)
-    capture_ns: list[int] = []
-    cpu_ns: list[int] = []
+    full_ns: list[int] = []
+    snap_ns: list[int] = []
     syscalls: list[int] = []
     iovecs: list[int] = []
 
-    def hook(record, regs):
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    def full(record, regs):
+        t0 = time.perf_counter_ns()
         out = session.capture(record.tid, regs)
-        cpu_ns.append(time.thread_time_ns() - c0)
-        capture_ns.append(time.perf_counter_ns() - t0)
+        full_ns.append(time.perf_counter_ns() - t0)
         syscalls.append(session._reader.syscalls)
         iovecs.append(session._reader.plan.count)
         return out
 
+    def snap(record, regs):
+        t0 = time.perf_counter_ns()
+        out = session.snapshot(record.tid, regs)
+        if out is None:  # no plan yet: the sampler captures in the stop then
+            return session.capture(record.tid, regs)
+        snap_ns.append(time.perf_counter_ns() - t0)
+        return out
+
+    settle_ns: list[int] = []
     decode_ns: list[int] = []
-    warm_ns: list[int] = []
-    depth = 0
+    again = snapshots = depth = 0
     for tick in range(ticks):
-        warm = tick % 2 == 1  # interleaved with cold ticks, so both see the same phase of this noisy VM
-        if warm:
-            session.warm()  # as the sampler does just before a tick's stops
-        start = len(capture_ns)
+        hook = snap if tick % 2 else full
         for capture in tracer.capture(tracer.sync_threads(proc.pid), copy_stack=False, agent_capture=hook):
+            data = capture.agent_data
+            if hook is snap:
+                snapshots += 1
+                t0 = time.perf_counter_ns()
+                data = session.settle(data)
+                settle_ns.append(time.perf_counter_ns() - t0)
+                if data is RECAPTURE:
+                    again += 1
+                    [capture] = tracer.capture([capture.thread], copy_stack=False, agent_capture=full)
+                    data = capture.agent_data
             t0 = time.perf_counter_ns()
-            frames = session.frames(capture.agent_data)
+            frames = session.frames(data)
             decode_ns.append(time.perf_counter_ns() - t0)
             depth = max(depth, len(frames))
-        if warm:
-            warm_ns.extend(capture_ns[start:])
-            del capture_ns[start:], cpu_ns[start:], syscalls[start:], iovecs[start:]
         session.refresh()
         time.sleep(0.002)
-    warm = capture_ns[10:]
     return {
-        "capture_warm_median_us": statistics.median(warm_ns[10:]) / 1e3,
         "frames": depth,
-        "capture_first_us": capture_ns[0] / 1e3,
-        "capture_min_us": min(warm) / 1e3,
-        "capture_median_us": statistics.median(warm) / 1e3,
-        "capture_p90_us": sorted(warm)[int(0.9 * len(warm))] / 1e3,
-        "capture_cpu_us": statistics.median(cpu_ns[10:]) / 1e3,
-        "syscalls_median": statistics.median(syscalls[10:]),
-        "iovecs_median": statistics.median(iovecs[10:]),
-        "decode_median_us": statistics.median(decode_ns[10:]) / 1e3,
+        "capture_median_us": statistics.median(full_ns[5:]) / 1e3,
+        "snapshot_median_us": statistics.median(snap_ns[5:]) / 1e3,
+        "settle_median_us": statistics.median(settle_ns[5:]) / 1e3,
+        "recaptured_pct": 100.0 * again / max(snapshots, 1),
+        "syscalls_median": statistics.median(syscalls[5:]),
+        "iovecs_median": statistics.median(iovecs[5:]),
+        "decode_median_us": statistics.median(decode_ns[5:]) / 1e3,
     }
 
 
@@ -103,17 +114,16 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=400)
     parser.add_argument("--target", choices=sorted(TARGET_ARGV), default="chain")
     args = parser.parse_args()
-    print(f"{'interpreter':14} {'frames':>6} {'first':>8} {'min':>8} {'median':>8} {'p90':>8} {'cpu':>8} "
-          f"{'syscalls':>8} {'iovecs':>6} {'decode':>8} {'warmed':>8}  (us)")
+    print(f"{'interpreter':14} {'frames':>6} {'walk in stop':>12} {'snapshot':>8} {'settle':>8} {'again %':>7} "
+          f"{'syscalls':>8} {'iovecs':>6} {'decode':>8}  (us)")
     for param in interpreter_params():
         interp = param.values[0]
         if interp is None:
             continue
         m = measure(interp.path, args.ticks, args.target)
-        print(f"{interp.label:14} {m['frames']:6d} {m['capture_first_us']:8.1f} {m['capture_min_us']:8.1f} "
-              f"{m['capture_median_us']:8.1f} "
-              f"{m['capture_p90_us']:8.1f} {m['capture_cpu_us']:8.1f} {m['syscalls_median']:8.0f} "
-              f"{m['iovecs_median']:6.0f} {m['decode_median_us']:8.1f} {m['capture_warm_median_us']:8.1f}")
+        print(f"{interp.label:14} {m['frames']:6d} {m['capture_median_us']:12.1f} {m['snapshot_median_us']:8.1f} "
+              f"{m['settle_median_us']:8.1f} {m['recaptured_pct']:7.1f} {m['syscalls_median']:8.0f} "
+              f"{m['iovecs_median']:6.0f} {m['decode_median_us']:8.1f}")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,9 @@ class Sampler:
         self.children = ChildWatcher()
         self._last_sync = 0.0
         self._ncpu = _cpu_count()
+        #: capture at SCHED_FIFO always, or when the due threads outnumber the CPUs (config.py)
+        self._fifo_always = config.capture_priority is CapturePriority.FIFO
+        self._fifo_auto = config.capture_priority is CapturePriority.AUTO
         self.stacks = StackRecorder(session, config)
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
         self._window = max(MIN_WINDOW, min(config.stop_deadline, 0.5 * self.timer.period))
@@ -203,9 +206,10 @@ class Sampler:
             self._retry_detection()
         due: list[ThreadRecord] = []
         reused = 0
-        sync = time.monotonic() - self._last_sync >= SYNC_INTERVAL
+        now = time.monotonic()
+        sync = now - self._last_sync >= SYNC_INTERVAL
         if sync:
-            self._last_sync = time.monotonic()
+            self._last_sync = now
         for pid, target in self.targets.items():
             if not self.tracer.process_alive(pid):
                 continue
@@ -216,16 +220,15 @@ class Sampler:
             for record in target.records:
                 if record.gone:
                     continue
-                state = self._state(record)
-                if self._reuse(record, state):
+                state = record.user or self._state(record)
+                if self._reuse(record, state):  # type: ignore[arg-type]
                     reused += 1
                 else:
                     due.append(record)
-        fifo = self.config.capture_priority is CapturePriority.FIFO or (
-            self.config.capture_priority is CapturePriority.AUTO and len(due) > self._ncpu
-        )
-        for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
-            self.record(capture)
+        fifo = self._fifo_always or (self._fifo_auto and len(due) > self._ncpu)
+        if self.tracer.late_captures:
+            for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
+                self.record(capture)
         hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
         # During the stops the agents copy what they can name in advance (``agent_snapshot``); each copy is
         # settled after resume, and a thread whose copy fell short is stopped again and captured in full.

@@ -78,6 +78,13 @@ _get_errno = ctypes.get_errno
 _MINUS_ONE = ctypes.c_ulong(-1).value
 
 
+#: The bare call and its failure value, for the capture loop's per-stop calls, where each Python frame
+#: around a syscall is paid while the thread is stopped: ``raw_ptrace(...) == FAILED`` (errno then says
+#: why, via ``ctypes.get_errno``). Everywhere else, use the wrappers below.
+raw_ptrace = _raw_ptrace
+FAILED = _MINUS_ONE
+
+
 def ptrace(request: int, tid: int, addr: int = 0, data: int = 0) -> int:
     """Raw ptrace; returns 0 on success or the errno. Uses python-ptrace's libc binding directly, without
     its exception-raising wrapper, because ESRCH is an everyday event for a sampler."""

@@ -18,6 +18,7 @@ wait dominates the round trip, ptrace-costs.md).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import signal
@@ -26,6 +27,14 @@ from collections.abc import Callable, Iterable, Iterator
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
+from profiler.target.ptrace import (
+    FAILED,
+    PTRACE_CONT,
+    PTRACE_EVENT_STOP,
+    PTRACE_GETREGS,
+    PTRACE_INTERRUPT,
+    raw_ptrace,
+)
 from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
 from profiler.target.events import EventWait, open_event_wait
 from profiler.target.permissions import diagnose_attach_failure
@@ -189,7 +198,7 @@ class Tracer:
                 self._late.pop(record.tid, None)  # still on its way: collect it as this tick's
                 pending[record.tid] = record
                 continue
-            if pt.interrupt(record.tid) != 0:
+            if raw_ptrace(PTRACE_INTERRUPT, record.tid, 0, 0) == FAILED:
                 self._drop(record)  # ESRCH: the thread has exited
                 continue
             record.interrupt_pending = True
@@ -231,7 +240,7 @@ class Tracer:
                         break  # nothing left to wait for: every tracee has exited
                     raise OSError(err, os.strerror(err))
                 record = pending.get(tid)
-                if record is None or (status & 0xFF) != 0x7F or status >> 16 != pt.PTRACE_EVENT_STOP:
+                if record is None or (status & 0xFF) != 0x7F or status >> 16 != PTRACE_EVENT_STOP:
                     self._handle_event(tid, status)
                     if record is not None and record.gone:
                         del pending[tid]
@@ -245,7 +254,7 @@ class Tracer:
         finally:
             if fifo:
                 self._priority.leave()
-            if release:
+            if release and self._held:
                 self._release_held()
 
     def _copy(
@@ -253,7 +262,10 @@ class Tracer:
     ) -> Capture:
         """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only."""
         regs = slot.regs
-        pt.getregs(record.tid, regs)
+        if raw_ptrace(PTRACE_GETREGS, record.tid, 0, slot.regs_address) == FAILED:
+            # killed (SIGKILL) since it reported its stop: the slot holds an earlier thread's registers
+            ctypes.memset(slot.regs_address, 0, ctypes.sizeof(regs))
+            return Capture(record, time.monotonic(), slot, 0, -ctypes.get_errno(), False)
         rsp = regs.rsp
         n = 0
         if stack_bytes:
@@ -271,7 +283,7 @@ class Tracer:
         if self._held.pop(tid):
             pt.listen(tid)
         else:
-            pt.cont(tid)
+            raw_ptrace(PTRACE_CONT, tid, 0, 0)
 
     # --- everything that is not a due stop -----------------------------------------------------------------
 

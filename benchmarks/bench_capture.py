@@ -2,11 +2,11 @@
 
 Measures, for 1 and 8 busy threads and 16 KiB and 64 KiB stack windows:
 
-* sampler CPU time per stopped thread (a "capture"), for the C floor sampler (benchmarks/c/floor_sampler.c:
-  the same system calls as nprof's capture loop, nothing else), the same calls made from Python with
-  nothing around them (benchmarks/python_floor.py, sleeping between ticks as the C floor does, and
-  waiting with nprof's alarm instead), nprof's capture loop alone (``--capture-only``), and nprof's whole
-  recording path (capture + unwind + intern);
+* sampler CPU time per stopped thread (a "capture"), paced (1 kHz, 200 Hz) and flat out ("max"), for
+  the C floor sampler (benchmarks/c/floor_sampler.c: the same system calls as nprof's capture loop,
+  nothing else), the same calls made from Python with nothing around them (benchmarks/python_floor.py,
+  sleeping between ticks as the C floor does, and waiting with nprof's alarm instead), nprof's capture
+  loop alone (``--capture-only``), and nprof's whole recording path (capture + unwind + intern);
 * the stall the target sees per capture: the target (benchmarks/c/gaps_target.c) times its own execution
   gaps; the excess over an unprofiled baseline of the same repetition, divided by the captures. With 8
   busy threads on 2 CPUs every thread is off-CPU ~75% of the time anyway, so this mixes ptrace stops with
@@ -33,9 +33,14 @@ import tempfile
 from benchmarks.results import RESULTS, write_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: a rate no sampler here reaches: each runs flat out, so its cost per sample leaves out the sleep and the
+#: wake-up between ticks, which on this VM cost more than the sample itself (ptrace-costs.md's "max" mode,
+#: where the C floor measured ~11 us of sampler CPU per sample on one CPU and ~27 us across two)
+SATURATED = 20000.0
 CONFIGS = [  # (threads, rate): the paced rates of ptrace-costs.md (1 kHz for one thread, 200 Hz for eight)
     (1, 1000.0),
     (8, 200.0),
+    (1, SATURATED),
 ]
 WINDOWS = [16 * 1024, 64 * 1024]
 
@@ -121,26 +126,31 @@ def main() -> None:
 def table(rows: list[dict]) -> str:
     """Medians over repetitions of each metric, and of the per-repetition ratio nprof / floor."""
     out = [
-        "| threads | window | sampler | achieved Hz | CPU µs/capture | ×floor | target stall µs/capture | ×floor "
-        "| held µs median / p90 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| threads | rate | window | sampler | achieved Hz | CPU µs/capture | ×floor | target stall µs/capture "
+        "| ×floor | held µs median / p90 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    keys = sorted({(r["threads"], r["window"]) for r in rows})
-    for threads, window in keys:
+    keys = sorted({(r["rate"] == SATURATED, r["threads"], r["rate"], r["window"]) for r in rows})
+    for _, threads, rate, window in keys:
+        config = (threads, rate, window)
         for name in ("floor", "python-floor", "python-floor-alarm", "nprof-capture", "nprof-record"):
-            mine = [r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, name)]
+            mine = [r for r in rows if (r["threads"], r["rate"], r["window"], r["sampler"]) == (*config, name)]
             if not mine:
                 continue
-            floor = {r["rep"]: r for r in rows if (r["threads"], r["window"], r["sampler"]) == (threads, window, "floor")}
+            floor = {r["rep"]: r for r in rows
+                     if (r["threads"], r["rate"], r["window"], r["sampler"]) == (*config, "floor")}  # fmt: skip
             med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
-            ratio = lambda k: statistics.median(r[k] / floor[r["rep"]][k] for r in mine if floor[r["rep"]][k] > 0)  # noqa: E731
-            # with 8 busy threads on 2 CPUs the target's gaps are mostly time slicing (module docstring); the
-            # Python floor does not time its holds
-            stall = (f"{med('stall_us_per_capture'):.1f} | {ratio('stall_us_per_capture'):.2f}" if threads == 1
-                     else "— | —")  # fmt: skip
+            ratio = lambda k: statistics.median(  # noqa: E731
+                r[k] / floor[r["rep"]][k] for r in mine if floor[r["rep"]][k] > 0
+            )
+            # with 8 busy threads on 2 CPUs the target's gaps are mostly time slicing (module docstring), and
+            # a saturated sampler stops its target most of the time; the Python floor does not time its holds
+            stall = (f"{med('stall_us_per_capture'):.1f} | {ratio('stall_us_per_capture'):.2f}"
+                     if threads == 1 and rate != SATURATED else "— | —")  # fmt: skip
             held = "—" if name.startswith("python") else f"{med('held_median_us'):.1f} / {med('held_p90_us'):.1f}"
+            shown = "max" if rate == SATURATED else f"{rate:.0f} Hz"
             out.append(
-                f"| {threads} | {window // 1024} KiB | {name} | {med('achieved_hz'):.0f} | "
+                f"| {threads} | {shown} | {window // 1024} KiB | {name} | {med('achieved_hz'):.0f} | "
                 f"{med('cpu_us_per_capture'):.1f} | {ratio('cpu_us_per_capture'):.2f} | {stall} | {held} |"
             )
     return "\n".join(out)

@@ -15,7 +15,7 @@ import enum
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
-from agents.cpython.scatter import ScatterReader
+from agents.cpython.scatter import PAGE_SIZE, ScatterReader
 from agents.cpython.threads import ThreadStateInfo
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
@@ -111,6 +111,8 @@ class ChainCopier:
         self.i_owner = names.index("owner") if "owner" in names else -1
         self.i_entry = names.index("is_entry") if "is_entry" in names else -1
         self.frame_size = self.frame_unpack.size
+        #: frames live in a per-thread stack that grows upward (3.11+), not in separate heap objects
+        self.data_stack = f.kind is FrameKind.INTERPRETER_FRAME
         self.shim_owners = f.shim_owners
         self.ref_mask = f.ref_mask
         self.code_size = layout.code.size
@@ -169,7 +171,14 @@ class ChainCopier:
         if not reader.misses and len(where) <= 2 * (len(fixed) + len(out.addrs) + len(codes)):
             return out, None
         size, csize = self.frame_size, self.code_size
-        return out, (fixed, [(addr, size) for addr in out.addrs] + [(c, csize) for c in codes])
+        frames = [(addr, size) for addr in out.addrs]
+        if self.data_stack and frames:
+            # 3.11+ push each call's frame just above the newest one on the thread's data stack: reading
+            # on to the end of the newest frame's page covers calls made deeper by the next capture
+            # (found by ``ReadPlan.find``), at no risk of a fault (scatter.PAGE_SIZE)
+            newest = out.addrs[0]
+            frames[0] = (newest, ((newest + size - 1) | (PAGE_SIZE - 1)) + 1 - newest)
+        return out, (fixed, frames + [(c, csize) for c in codes])
 
     def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
         """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and
@@ -182,7 +191,7 @@ class ChainCopier:
         unpack = self.frame_unpack.unpack_from
         view, size, mask = reader.view, self.frame_size, self.ref_mask
         i_prev, i_code, i_owner, shims = self.i_prev, self.i_code, self.i_owner, self.shim_owners
-        where, done = reader.plan.where, reader.done
+        where, find, done = reader.plan.where, reader.plan.find, reader.done
         for _ in range(MAX_FRAMES):
             if not frame:
                 return CaptureStatus.OK
@@ -195,9 +204,11 @@ class ChainCopier:
             if hit is not None and hit[2] < done and hit[1] >= size:
                 off = hit[0]
             else:
-                off = reader.read_one(frame, size)
+                off = find(frame, size, done)
                 if off < 0:
-                    return CaptureStatus.TRUNCATED_UNREADABLE
+                    off = reader.read_one(frame, size)
+                    if off < 0:
+                        return CaptureStatus.TRUNCATED_UNREADABLE
             v = unpack(view, off)
             append_addr(frame)
             append_values(v)
@@ -227,7 +238,7 @@ class ChainCopier:
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
         in it (-1: unreadable; -2: a shim's code, never read)."""
-        csize, where, done = self.code_size, reader.plan.where, reader.done
+        csize, where, find, done = self.code_size, reader.plan.where, reader.plan.find, reader.done
         headers = out.code_headers
         missing: list[int] = []
         for code, off in headers.items():
@@ -236,6 +247,8 @@ class ChainCopier:
             hit = where.get(code)
             if hit is not None and hit[2] < done and hit[1] >= csize:
                 headers[code] = hit[0]
+            elif (off := find(code, csize, done)) >= 0:
+                headers[code] = off
             else:
                 missing.append(code)
         if missing:

@@ -47,10 +47,15 @@ MAX_PLAN_BYTES = 256 << 10
 KEEP_MIN = 64
 
 
+#: the kernel maps memory in pages: a range that ends inside a page can grow to that page's end and still
+#: touch only pages it already touched, so the longer read cannot fault where the shorter one did not
+PAGE_SIZE = 4096
+
+
 class ReadPlan:
     """Remote ranges to prefetch, and where each planned address lands in the buffer."""
 
-    __slots__ = ("count", "remote", "remote_ptr", "ends", "total", "where")
+    __slots__ = ("count", "remote", "remote_ptr", "ends", "total", "where", "_starts", "_spans")
 
     def __init__(self, ranges: list[tuple[int, int]], where: dict[int, tuple[int, int, int]]) -> None:
         self.count = len(ranges)
@@ -66,6 +71,24 @@ class ReadPlan:
             self.ends.append(total)
         self.total = total
         self.where = where  #: addr -> (buffer offset, size, iovec index)
+        #: every range as (remote start, remote end, buffer offset, iovec index), by start (``find``)
+        spans = sorted(
+            (addr, addr + size, end - size, i) for i, ((addr, size), end) in enumerate(zip(ranges, self.ends))
+        )
+        self._starts = [span[0] for span in spans]
+        self._spans = spans
+
+    def find(self, addr: int, size: int, done: int) -> int:
+        """Buffer offset of ``size`` bytes at ``addr`` inside any range copied completely (iovec index below
+        ``done``), though ``addr`` itself was not planned: a frame the chain gained inside a range that
+        covers more than the frames it was built from. -1 if none holds them."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return -1
+        start, end, offset, index = self._spans[i]
+        if addr + size > end or index >= done:
+            return -1
+        return offset + addr - start
 
 
 EMPTY_PLAN = ReadPlan([], {})
@@ -257,7 +280,8 @@ class ScatterReader:
         hit = self.plan.where.get(addr)
         if hit is not None and hit[1] >= size and hit[2] < self.done:
             return hit[0]
-        return self.read_one(addr, size)
+        off = self.plan.find(addr, size, self.done)
+        return off if off >= 0 else self.read_one(addr, size)
 
     def read_one(self, addr: int, size: int) -> int:
         """Read one range that the plan did not cover (one syscall)."""

@@ -20,7 +20,7 @@ from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.offsets import TABLES
-from agents.cpython.scatter import ScatterReader, build_plan
+from agents.cpython.scatter import PAGE_SIZE, ScatterReader, build_plan
 from agents.cpython.session import CPythonSession, SessionStats, ThreadSlot
 from agents.cpython.threads import ThreadStateInfo, walk_thread_states
 from profiler.runtime import RECAPTURE
@@ -348,6 +348,12 @@ def test_plan_coalesces_near_ranges_and_keeps_fixed_reads_first():
     offset, size, index = plan.where[0x1000_0100]
     assert (offset, size, index) == (168 + 0x100, 72, 1)
     assert plan.where[0x1000_0000][1] == 144
+    # an address that was not planned, inside a range that was read: found by range, not by address
+    assert plan.find(0x1000_0800, 64, done=3) == 168 + 0x800
+    assert plan.find(0x1000_1100 + 40, 64, done=3) == -1  # runs past the range's end
+    assert plan.find(0x1000_0800, 64, done=1) == -1  # that range was not read completely
+    assert plan.find(0x0FFF_0000, 8, done=3) == -1  # below every range
+    assert plan.find(0x9000_0010, 8, done=3) == 0x10  # the fixed reads count too
 
 
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
@@ -512,6 +518,47 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
         target.put(code_b + c.version, "I", 999)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
     assert session.stats.recaptured == 2 and session.stats.snapshots == 0
+
+
+@pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
+def test_a_deeper_call_on_the_newest_frames_page_settles_without_a_stop_3_11(target):
+    """3.11+ push a call's frame just above the newest one: a plan reads on to the end of the newest
+    frame's page, so a call made since (a recursion going deeper) is found in the snapshot and settles,
+    where a plan of exactly the frames seen would have needed a second stop. A frame past that page
+    still needs it."""
+    codes = {name: target.code(name, 10 * (i + 1), version=i + 1) for i, name in enumerate("abc")}
+    target.top = (target.top | (PAGE_SIZE - 1)) + 1  # a data stack: the frames from a page's start up
+    frame = 0
+    for name in "abc":  # outermost first, each pushed above the last
+        frame = target.frame(codes[name], frame, position=1)
+    newest, stack_top = frame, target.top
+    target.top = (newest | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # the rest of the data stack: free for deeper calls
+    info = target.thread_state(newest)
+    session = session_over(target, info)
+    planned(session, target)
+    t = target.layout.thread
+
+    def push(previous: int, at: int) -> int:
+        """A call from ``previous``: its frame at ``at``, made the thread's current frame."""
+        top, target.top = target.top, at
+        frame = target.frame(codes["c"], previous, position=1)
+        target.top = top
+        if t.cframe_current_frame is not None:
+            cframe = struct.unpack_from("<Q", target.heap, info.addr + t.frame - HEAP)[0]
+            target.put(cframe + t.cframe_current_frame, "Q", frame)
+        else:
+            target.put(info.addr + t.frame, "Q", frame)
+        return frame
+
+    deeper = push(newest, stack_top)
+    assert deeper // PAGE_SIZE == newest // PAGE_SIZE
+    target.syscalls = 0
+    settled = session.settle(session.snapshot(TID, REGS))
+    assert settled is not RECAPTURE and target.syscalls == 1
+    (decoded, _), _ = decode(target, settled, session.codes)
+    assert names_of(session.codes, decoded) == ["c", "c", "b", "a"]
+    push(deeper, (newest | (PAGE_SIZE - 1)) + 1)  # the next call's frame starts the next page
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)

@@ -146,7 +146,7 @@ class ChainCopier:
     ) -> tuple[StackCapture, Wanted | None]:
         """Walk ``info``'s chain through ``reader`` (already begun). Returns the capture and, when the plan
         missed reads or holds many it no longer needs, what the next plan should prefetch: the fixed reads
-        (thread state, GIL, cframe) and the rest (frames, code headers)."""
+        (thread state, GIL) and the rest (cframe, frames, code headers)."""
         out = StackCapture(tid, info.addr, copier=self)
         fixed = [(info.addr, self.tstate_size)]
         off = reader.get(info.addr, self.tstate_size)
@@ -159,16 +159,20 @@ class ChainCopier:
             return out, None
         out.holds_gil = self._holds_gil(reader, info, fixed)
         frame = values[self.tstate_frame]
+        cframe: list[tuple[int, int]] = []
         if self.cframe_offset is not None and frame:
-            # 3.11/3.12: tstate->cframe lives on the C stack of the running eval loop
-            fixed.append((frame, self.cframe_offset + 8))
+            # 3.11/3.12: tstate->cframe lives on the C stack of the running eval loop, one per C-level entry
+            # into it, so it moves whenever a call goes through C (sorted(key=f), a callback...). Planned
+            # with the frames, not the fixed reads, so that a plan keeps the places it was seen at before
+            # (scatter.next_ranges), as it keeps frames: the C stack stays mapped while the thread lives.
+            cframe.append((frame, self.cframe_offset + 8))
             off = reader.get(frame, self.cframe_offset + 8) if 4096 <= frame < USER_LIMIT else -1
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0
         status = self._walk(reader, frame, out)
         out.status = status
         codes = self._copy_headers(reader, out)
         where = reader.plan.where
-        if not reader.misses and len(where) <= 2 * (len(fixed) + len(out.addrs) + len(codes)):
+        if not reader.misses and len(where) <= 2 * (len(fixed) + len(cframe) + len(out.addrs) + len(codes)):
             return out, None
         size, csize = self.frame_size, self.code_size
         frames = [(addr, size) for addr in out.addrs]
@@ -178,7 +182,7 @@ class ChainCopier:
             # (found by ``ReadPlan.find``), at no risk of a fault (scatter.PAGE_SIZE)
             newest = out.addrs[0]
             frames[0] = (newest, ((newest + size - 1) | (PAGE_SIZE - 1)) + 1 - newest)
-        return out, (fixed, frames + [(c, csize) for c in codes])
+        return out, (fixed, cframe + frames + [(c, csize) for c in codes])
 
     def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
         """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and

@@ -561,6 +561,38 @@ def test_a_deeper_call_on_the_newest_frames_page_settles_without_a_stop_3_11(tar
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
 
 
+@pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
+def test_a_cframe_that_moves_between_two_places_costs_one_stop_3_11(target):
+    """3.11/3.12 reach the newest frame through ``tstate->cframe``, a struct on the C stack of the eval
+    loop's current entry: it moves whenever a call goes through C and back. A plan keeps the places it
+    was seen at, as it keeps frames, so a thread that goes back and forth between two (in and out of
+    ``sorted(key=f)``, say) needs a second stop once, not at every change."""
+    info, frames = chain(target, ["c", "b", "a"])
+    t = target.layout.thread
+    session = session_over(target, info)
+    planned(session, target)
+    first = struct.unpack_from("<Q", target.heap, info.addr + t.frame - HEAP)[0]
+    target.alloc(3 * PAGE_SIZE)  # another entry of the eval loop, pages further up the C stack
+    second = target.alloc(32)
+    target.put(second + t.cframe_current_frame, "Q", frames[0])
+
+    def settle_with(cframe: int) -> object:
+        target.put(info.addr + t.frame, "Q", cframe)
+        settled = session.settle(session.snapshot(TID, REGS))
+        if settled is RECAPTURE:
+            session.capture(TID, REGS)  # what the sampler does: a capture in a second stop
+            session._slots[TID].rebuild()
+        return settled
+
+    assert settle_with(second) is RECAPTURE  # a place not seen before
+    for cframe in (first, second, first, second):
+        settled = settle_with(cframe)
+        assert settled is not RECAPTURE
+        (decoded, _), _ = decode(target, settled, session.codes)
+        assert names_of(session.codes, decoded) == ["c", "b", "a"]
+    assert session.stats.recaptured == 1
+
+
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 @pytest.mark.parametrize("garbage", ["not-code", "odd", "unmapped"])
 def test_a_snapshot_settles_a_garbage_code_pointer_as_the_stop_would(target, garbage):

@@ -24,8 +24,6 @@ class Timer:
         self._clock = clock
         self.next_due = clock()
         self.late_ticks = 0
-        #: the tick just scheduled was due already when it was scheduled: the sampler has no slack
-        self.behind = False
 
     def advance(self) -> float:
         """Schedule the tick after the current one and return its monotonic due time.
@@ -42,5 +40,4 @@ class Timer:
         if self.next_due < now - self.period:
             self.late_ticks += 1
             self.next_due = now
-        self.behind = self.next_due <= now
         return self.next_due

@@ -33,7 +33,5 @@ def test_a_sampler_that_fell_behind_ticks_at_once_without_a_burst():
     clock.now += 0.050  # a tick took 50 periods
     assert timer.advance() == clock.now, "the next tick is due now, not a period later"
     assert timer.late_ticks == 1
-    assert timer.behind, "no slack before the next tick"
     nxt = timer.advance()  # on time again: one jittered period on, no catch-up burst
-    assert not timer.behind
     assert clock.now + (1 - JITTER) * 1e-3 - 1e-12 <= nxt <= clock.now + (1 + JITTER) * 1e-3 + 1e-12

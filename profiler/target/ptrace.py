@@ -21,7 +21,7 @@ from ptrace.binding.func import (
     PTRACE_GETREGS,
     PTRACE_SETOPTIONS,
 )
-from ptrace.binding.func import _ptrace as _raw_ptrace  # the bare libc ptrace symbol python-ptrace binds
+from ptrace.binding.func import _ptrace as raw_ptrace  # the bare libc ptrace symbol python-ptrace binds
 from ptrace.binding.linux_struct import user_regs_struct
 
 from profiler.target.libc import libc
@@ -75,20 +75,18 @@ _process_vm_readv.argtypes = (
 _process_vm_readv.restype = ctypes.c_ssize_t
 
 _get_errno = ctypes.get_errno
-_MINUS_ONE = ctypes.c_ulong(-1).value
 
-
-#: The bare call and its failure value, for the capture loop's per-stop calls, where each Python frame
-#: around a syscall is paid while the thread is stopped: ``raw_ptrace(...) == FAILED`` (errno then says
-#: why, via ``ctypes.get_errno``). Everywhere else, use the wrappers below.
-raw_ptrace = _raw_ptrace
-FAILED = _MINUS_ONE
+#: What ``raw_ptrace`` (python-ptrace's libc binding, restype c_ulong) returns on failure: -1 as unsigned.
+#: The bare call is for the capture loop's per-stop calls, where each Python frame around a syscall is paid
+#: while the thread is stopped: ``raw_ptrace(...) == FAILED`` (errno then says why, via
+#: ``ctypes.get_errno``). Everywhere else, use the wrappers below.
+FAILED = ctypes.c_ulong(-1).value
 
 
 def ptrace(request: int, tid: int, addr: int = 0, data: int = 0) -> int:
     """Raw ptrace; returns 0 on success or the errno. Uses python-ptrace's libc binding directly, without
     its exception-raising wrapper, because ESRCH is an everyday event for a sampler."""
-    if _raw_ptrace(request, tid, addr, data) == _MINUS_ONE:
+    if raw_ptrace(request, tid, addr, data) == FAILED:
         return _get_errno()
     return 0
 

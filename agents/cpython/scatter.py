@@ -78,6 +78,14 @@ class ReadPlan:
         self._starts = [span[0] for span in spans]
         self._spans = spans
 
+    def copy(self, pid: int, local: ctypes.Array, local_ptr: object) -> int:
+        """Copy every range with one ``process_vm_readv`` into the buffer whose address is ``local[0]``
+        (``local`` is one iovec as a u64 pair, ``local_ptr`` the same cast to an iovec pointer); returns how
+        many ranges were copied completely (the kernel stops at the first remote iovec that faults)."""
+        local[1] = self.total
+        n = process_vm_readv(pid, local_ptr, 1, self.remote_ptr, self.count, 0)
+        return bisect.bisect_right(self.ends, n) if n > 0 else 0
+
     def find(self, addr: int, size: int, done: int) -> int:
         """Buffer offset of ``size`` bytes at ``addr`` inside any range copied completely (iovec index below
         ``done``), though ``addr`` itself was not planned: a frame the chain gained inside a range that
@@ -177,7 +185,7 @@ class Snapshot:
         self.buffer = ctypes.create_string_buffer(0)
         self.base = ctypes.addressof(self.buffer)
         self.view = memoryview(self.buffer).cast("B")
-        self._local = (ctypes.c_uint64 * 2)()
+        self._local = (ctypes.c_uint64 * 2)(self.base, 0)
         self._local_ptr = ctypes.cast(self._local, ctypes.POINTER(iovec))
 
     def fit(self, plan: ReadPlan) -> None:
@@ -187,19 +195,16 @@ class Snapshot:
             self.buffer = ctypes.create_string_buffer(size)
             self.base = ctypes.addressof(self.buffer)
             self.view = memoryview(self.buffer).cast("B")
+            self._local[0] = self.base
 
     def take(self, pid: int, tid: int, plan: ReadPlan) -> bool:
         """During the stop: copy every planned range with one syscall. False if the plan is empty or does
         not fit (it was rebuilt and not yet ``fit``): the caller walks in the stop instead."""
         if not plan.count or plan.total > len(self.buffer):
             return False
-        local = self._local
-        local[0] = self.base
-        local[1] = plan.total
-        n = process_vm_readv(pid, self._local_ptr, 1, plan.remote_ptr, plan.count, 0)
+        self.done = plan.copy(pid, self._local, self._local_ptr)
         self.tid = tid
         self.plan = plan
-        self.done = bisect.bisect_right(plan.ends, n) if n > 0 else 0
         return True
 
 
@@ -211,7 +216,7 @@ class ScatterReader:
     """
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_own_view", "_local", "_remote", "_batch", "_batch_ptr")
+                 "_own_view", "_whole", "_whole_ptr", "_local", "_remote", "_batch", "_batch_ptr")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
@@ -226,6 +231,8 @@ class ScatterReader:
         #: read nothing from the target: every range the last ``begin`` (or ``replay``) did not copy is
         #: unreadable, and counted as a miss. For a walk over bytes copied earlier while the thread runs.
         self.frozen = False
+        self._whole = (ctypes.c_uint64 * 2)(self.base, 0)  #: the buffer as one iovec, for a plan's prefetch
+        self._whole_ptr = ctypes.cast(self._whole, ctypes.POINTER(iovec))
         self._local = iovec(self.base, 0)
         self._remote = iovec(0, 0)
         self._batch = (ctypes.c_uint64 * (2 * IOV_MAX))()
@@ -240,12 +247,8 @@ class ScatterReader:
         self.tail = plan.total
         self.done = 0
         if plan.count:
-            self._local.iov_base = self.base
-            self._local.iov_len = plan.total
-            n = process_vm_readv(self.pid, ctypes.byref(self._local), 1, plan.remote_ptr, plan.count, 0)
+            self.done = plan.copy(self.pid, self._whole, self._whole_ptr)
             self.syscalls = 1
-            if n > 0:
-                self.done = bisect.bisect_right(plan.ends, n)
 
     def replay(self, snapshot: Snapshot) -> None:
         """Walk a snapshot instead of the target, with every thread running: the walk sees exactly what a

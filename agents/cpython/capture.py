@@ -51,7 +51,7 @@ class StackCapture:
 
     After resume, ``frames`` unpacks the tuples into ``(frame addr, code addr, position, flags)``,
     innermost first, where position is ``f_lasti`` (<=3.10) or the instruction pointer (3.11+), flags is
-    ``owner | is_entry << 8`` (0 on <=3.10) and a shim's code is 0; ``keys`` is each frame's code key."""
+    ``owner | is_entry << 8`` (0 on <=3.10) and a shim's code is 0."""
 
     __slots__ = ("tid", "tstate", "status", "holds_gil", "addrs", "values", "code_headers", "raw",
                  "code_keys", "_copier", "_frames")  # fmt: skip
@@ -77,12 +77,6 @@ class StackCapture:
         if self._frames is None:
             self._frames = self._copier.frames_of(self) if self._copier is not None else []
         return self._frames
-
-    @property
-    def keys(self) -> list[int | None]:
-        """Each frame's code key, as ``decode_new`` settled it during the stop (None: not a code object)."""
-        get = self.code_keys.get
-        return [get(frame[1]) for frame in self.frames]
 
     def __repr__(self) -> str:
         return f"StackCapture(tid={self.tid}, {self.status.name}, {len(self.addrs)} frames, gil={self.holds_gil})"

@@ -35,7 +35,7 @@ from profiler.sampling.timer import Timer
 from profiler.target import ptrace as pt
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import read_cmdline, read_comm
-from profiler.target.capture import Capture, ThreadRecord
+from profiler.target.capture import AgentCapture, Capture, ThreadRecord
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -101,6 +101,8 @@ class Sampler:
         self._fifo_always = config.capture_priority is CapturePriority.FIFO
         self._fifo_auto = config.capture_priority is CapturePriority.AUTO
         self.stacks = StackRecorder(session, config)
+        self.agent_capture = self._agent_hook(snapshot=False)  #: also ``nprof dump``'s, for its held stops
+        self.agent_snapshot = self._agent_hook(snapshot=True)  #: a tick's first stops
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
         self._window = max(MIN_WINDOW, min(config.stop_deadline, 0.5 * self.timer.period))
 
@@ -220,8 +222,8 @@ class Sampler:
             for record in target.records:
                 if record.gone:
                     continue
-                state = record.user or self._state(record)
-                if self._reuse(record, state):  # type: ignore[arg-type]
+                state = self._state(record)
+                if self._reuse(record, state):
                     reused += 1
                 else:
                     due.append(record)
@@ -305,29 +307,26 @@ class Sampler:
             self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
         return True
 
-    def agent_capture(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
-        """The tracer's hook while a thread is stopped: the agent of its process copies what it needs."""
-        target = self.targets.get(record.pid)
-        if target is None or target.agent is None:
-            return None
-        try:
-            return target.agent.capture(record.tid, regs)
-        except Exception:  # an agent bug must not leave the thread stopped or end the recording
-            self.session.count("agent_capture_errors")
-            return None
+    def _agent_hook(self, snapshot: bool) -> AgentCapture:
+        """The tracer's hook while a thread is stopped: the agent of its process copies what it needs, with
+        its ``snapshot`` (the least copy, walked after resume by ``settle``) where it has one and ``snapshot``
+        is asked for, else its full ``capture``. Made once per kind, so a stop pays one Python call here."""
 
-    def agent_snapshot(self, record: ThreadRecord, regs: pt.user_regs_struct) -> object:
-        """The tracer's hook during a tick's stops: the agent's ``snapshot`` of the thread where it has one
-        (the least copy; walked after resume by ``settle``), else its full ``capture``."""
-        target = self.targets.get(record.pid)
-        if target is None or target.snapshot is None:
-            return self.agent_capture(record, regs)
-        try:
-            data = target.snapshot(record.tid, regs)
-        except Exception:  # an agent bug must not leave the thread stopped or end the recording
-            self.session.count("agent_capture_errors")
-            return None
-        return self.agent_capture(record, regs) if data is None else data
+        def hook(record: ThreadRecord, regs: pt.user_regs_struct) -> object:
+            target = self.targets.get(record.pid)
+            if target is None or target.agent is None:
+                return None
+            try:
+                if snapshot and target.snapshot is not None:
+                    data = target.snapshot(record.tid, regs)
+                    if data is not None:
+                        return data
+                return target.agent.capture(record.tid, regs)
+            except Exception:  # an agent bug must not leave the thread stopped or end the recording
+                self.session.count("agent_capture_errors")
+                return None
+
+        return hook
 
     def _settle(self, capture: Capture) -> bool:
         """After resume: the agent's capture from its snapshot. False: the snapshot fell short, and the

@@ -7,6 +7,7 @@ import array
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from profiler.target import ptrace as pt
 from profiler.target.procfs import ThreadProc
@@ -29,7 +30,9 @@ class ThreadRecord:
     stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
     stack_hi: int = 0
     gone: bool = False
-    user: object = None  #: the sampler's per-thread state, kept here to spare a lookup per tick
+    #: the sampler's per-thread state, kept here to spare a lookup per tick (Any: the tracer does not know
+    #: its type, and the sampler reads it as ``record.user or ...`` on every tick without a cast call)
+    user: Any = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -49,12 +52,11 @@ class Slot:
         self.size = size
 
 
-@dataclass
+@dataclass(slots=True)
 class Capture:
     """What one stopped thread yielded. Valid until the next ``Tracer.capture`` reuses its slot."""
 
     thread: ThreadRecord
-    time: float
     slot: Slot
     stack_base: int
     stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
@@ -76,6 +78,7 @@ class TracerStats:
     #: how long each thread was held: from nprof seeing its stop to resuming it (the last HELD_TIMES)
     held_ns: array.array = field(default_factory=lambda: array.array("q"))
     held_total_ns: int = 0
+    held_count: int = 0  #: every hold noted, also those the ring no longer keeps
 
     signals_forwarded: int = 0
     group_stops: int = 0
@@ -84,10 +87,12 @@ class TracerStats:
 
     def note_held(self, ns: int) -> None:
         self.held_total_ns += ns
-        if len(self.held_ns) < HELD_TIMES:
+        n = self.held_count
+        self.held_count = n + 1
+        if n < HELD_TIMES:
             self.held_ns.append(ns)
         else:
-            self.held_ns[self.captures % HELD_TIMES] = ns
+            self.held_ns[n % HELD_TIMES] = ns  # the oldest: one tick's captures go to as many places
 
     def held_quantile(self, q: float) -> int | None:
         """The ``q`` quantile (0.5: the median) of the hold times kept, in ns; None before any capture."""

@@ -52,6 +52,8 @@ class Tracer:
         self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
         self.threads: dict[int, ThreadRecord] = {}
         self._live: dict[int, int] = {}  # pid -> threads not gone
+        #: pids with a thread not gone and a leader that has not exited: the sampler asks every tick
+        self.live_pids: set[int] = set()
         self.stats = TracerStats()
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
         self._events: EventWait | None = None
@@ -112,6 +114,8 @@ class Tracer:
         record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
         self.threads[tid] = record
         self._live[pid] = self._live.get(pid, 0) + 1
+        if pid not in self.exit_status:
+            self.live_pids.add(pid)
         self.stats.threads_seen += 1
         return record
 
@@ -120,13 +124,19 @@ class Tracer:
             record.gone = True
             record.proc.close()
             self.stats.threads_exited += 1
-            self._live[record.pid] = self._live.get(record.pid, 1) - 1
+            self._live[record.pid] = live = self._live.get(record.pid, 1) - 1
+            if live <= 0:
+                self.live_pids.discard(record.pid)
         self.threads.pop(record.tid, None)
         self._held.pop(record.tid, None)
         self._late.pop(record.tid, None)
 
     def process_alive(self, pid: int) -> bool:
-        return pid not in self.exit_status and self._live.get(pid, 0) > 0
+        return pid in self.live_pids
+
+    def _leader_exited(self, pid: int, status: int) -> None:
+        self.exit_status[pid] = status
+        self.live_pids.discard(pid)
 
     # --- the capture of one tick (the hot loop) ---------------------------------------------------------
 
@@ -150,20 +160,13 @@ class Tracer:
 
         The captures live in the tracer's slots until its next ``capture`` call: record them before it.
         """
-        captures: list[Capture] = []
         stack_bytes = self.stack_bytes if copy_stack else 0
-
-        def copy_and_resume(record: ThreadRecord, status: int) -> None:
-            seen = time.perf_counter_ns()
-            captures.append(self._copy(record, self._slots[len(captures)], stack_bytes, agent_capture))
-            self._resume(record.tid)
-            self.stats.note_held(time.perf_counter_ns() - seen)
-
         pending = self._interrupt(due)
-        self._collect(pending, copy_and_resume, fifo, window=window)
-        late_hook = agent_capture if late_agent_capture is None else late_agent_capture
-        for tid in pending:  # missed the window: their stops are copied when they come
-            self._late[tid] = (stack_bytes, late_hook)
+        captures = self._collect(pending, stack_bytes, agent_capture, fifo, window)
+        if pending:  # missed the window: their stops are copied when they come
+            late_hook = agent_capture if late_agent_capture is None else late_agent_capture
+            for tid in pending:
+                self._late[tid] = (stack_bytes, late_hook)
         self.stats.captures += len(captures)
         return captures
 
@@ -179,15 +182,9 @@ class Tracer:
     ) -> Iterator[list[Capture]]:
         """Stop every thread and keep them all stopped while the caller reads more (``nprof dump``): one
         consistent snapshot of the whole process. Every thread is resumed on leaving, whatever happens."""
-        captures: list[Capture] = []
         stack_bytes = self.stack_bytes if copy_stack else 0
-
-        def copy_and_keep(record: ThreadRecord, status: int) -> None:
-            captures.append(self._copy(record, self._slots[len(captures)], stack_bytes, agent_capture))
-
         try:
-            self._collect(self._interrupt(threads), copy_and_keep, fifo=False, release=False)
-            yield captures
+            yield self._collect(self._interrupt(threads), stack_bytes, agent_capture, fifo=False, keep=True)
         finally:
             self._release_held()
 
@@ -211,20 +208,27 @@ class Tracer:
     def _collect(
         self,
         pending: dict[int, ThreadRecord],
-        on_stop: Callable[[ThreadRecord, int], None],
+        stack_bytes: int,
+        agent_capture: AgentCapture | None,
         fifo: bool,
-        release: bool = True,
         window: float | None = None,
-    ) -> None:
-        """Wait for the stop of every pending thread, in the order they stop, and hand each to ``on_stop``
-        at once; answer any other event on the way. Gives up after ``window`` seconds (default: the stop
-        deadline), leaving the rest in ``pending``. With ``release``, any thread still held at the end
-        (``on_stop`` failed) is resumed."""
+        keep: bool = False,
+    ) -> list[Capture]:
+        """Wait for the stop of every pending thread, in the order they stop; copy each at once and, unless
+        ``keep``, resume it. Answer any other event on the way. Gives up after ``window`` seconds (default:
+        the stop deadline), leaving the rest in ``pending``. Without ``keep``, a thread still held at the
+        end (a copy failed) is resumed; with it, the caller releases them (``hold``).
+
+        The one loop of the hot path: each step here is paid per stopped thread, so the copy and the
+        resume are written out rather than called through a callback."""
+        captures: list[Capture] = []
         if not pending:
-            return
+            return captures
         events = self._events
-        window = self.stop_deadline if window is None else window
-        deadline = time.monotonic() + window
+        held = self._held
+        slots = self._slots
+        stats = self.stats
+        deadline = time.monotonic() + (self.stop_deadline if window is None else window)
         if fifo:
             self._priority.enter()
         try:
@@ -233,29 +237,34 @@ class Tracer:
                 if tid < 0:
                     if err == errno.EINTR:
                         if time.monotonic() >= deadline:
-                            self.stats.late_stops += len(pending)
+                            stats.late_stops += len(pending)
                             break
                         continue
                     if err == errno.ECHILD:
                         break  # nothing left to wait for: every tracee has exited
                     raise OSError(err, os.strerror(err))
                 record = pending.get(tid)
-                if record is None or (status & 0xFF) != 0x7F or status >> 16 != PTRACE_EVENT_STOP:
+                if record is None or status >> 16 != PTRACE_EVENT_STOP or (status & 0xFF) != 0x7F:
                     self._handle_event(tid, status)
                     if record is not None and record.gone:
                         del pending[tid]
                     continue
-                # an interrupt-stop (or a group-stop) of a due thread
-                self._held[tid] = (status >> 8) & 0xFF != signal.SIGTRAP
+                # an interrupt-stop (or a group-stop) of a due thread: held until resumed (the guard)
+                seen = time.perf_counter_ns()
+                group_stop = held[tid] = (status >> 8) & 0xFF != signal.SIGTRAP
                 record.interrupt_pending = False
-                record.group_stopped = self._held[tid]
+                record.group_stopped = group_stop
                 del pending[tid]
-                on_stop(record, status)
+                captures.append(self._copy(record, slots[len(captures)], stack_bytes, agent_capture))
+                if not keep:
+                    self._resume(tid)
+                    stats.note_held(time.perf_counter_ns() - seen)
         finally:
             if fifo:
                 self._priority.leave()
-            if release and self._held:
+            if not keep and held:
                 self._release_held()
+        return captures
 
     def _copy(
         self, record: ThreadRecord, slot: Slot, stack_bytes: int, agent_capture: AgentCapture | None
@@ -265,7 +274,7 @@ class Tracer:
         if raw_ptrace(PTRACE_GETREGS, record.tid, 0, slot.regs_address) == FAILED:
             # killed (SIGKILL) since it reported its stop: the slot holds an earlier thread's registers
             ctypes.memset(slot.regs_address, 0, ctypes.sizeof(regs))
-            return Capture(record, time.monotonic(), slot, 0, -ctypes.get_errno(), False)
+            return Capture(record, slot, 0, -ctypes.get_errno(), False)
         rsp = regs.rsp
         n = 0
         if stack_bytes:
@@ -273,7 +282,7 @@ class Tracer:
             if record.stack_lo <= rsp < record.stack_hi:
                 size = min(size, record.stack_hi - rsp)
             n = self._stack_readers[record.pid].read_into(slot.address, rsp, size)
-        capture = Capture(record, time.monotonic(), slot, rsp, n, n == stack_bytes > 0)
+        capture = Capture(record, slot, rsp, n, n == stack_bytes > 0)
         if agent_capture is not None:
             capture.agent_data = agent_capture(record, regs)
         return capture
@@ -292,7 +301,7 @@ class Tracer:
         record = self.threads.get(tid)
         if (status & 0xFF) != 0x7F:  # exited or killed
             if tid in self.processes:
-                self.exit_status[tid] = status
+                self._leader_exited(tid, status)
             if record is not None:
                 self._drop(record)
             return
@@ -401,7 +410,7 @@ class Tracer:
                     continue
                 if (status & 0xFF) != 0x7F:
                     if tid in self.processes:
-                        self.exit_status[tid] = status
+                        self._leader_exited(tid, status)
                     self._drop(record)
                     continue
                 sig, event = pt.decode_stop(status)

@@ -49,6 +49,8 @@ SYNC_INTERVAL = 0.01
 #: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
 MIN_WINDOW = 0.002
 
+#: the classes of a sample whose thread was not running (SampleClass.is_idle, without its Python call)
+_IDLE_CLASSES = (SampleClass.IDLE, SampleClass.BLOCKED)
 #: /proc state letters of a thread asleep in the kernel (proc(5)): sleeping, disk sleep, idle kthread
 _ASLEEP = frozenset("SDI")
 #: stopped by job control or by another tracer: it cannot run, so its stack cannot change
@@ -95,7 +97,8 @@ class Sampler:
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
         self.children = ChildWatcher()
-        self._last_sync = 0.0
+        self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_housekeeping``)
+        self._any_agent = False  #: some target has a runtime agent: the stops need the agent hooks
         self._ncpu = _cpu_count()
         #: capture at SCHED_FIFO always, or when the due threads outnumber the CPUs (config.py)
         self._fifo_always = config.capture_priority is CapturePriority.FIFO
@@ -125,7 +128,9 @@ class Sampler:
 
     def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
-        if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
+        if target.detect(self.agents, self.session.agent_index, fresh):
+            self._any_agent = True
+        elif not target.detection_pending:
             self._no_runtime(target)
         self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
@@ -138,7 +143,9 @@ class Sampler:
             if not target.detection_pending:
                 continue
             target.process.refresh_maps()
-            if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
+            if target.detect(self.agents, self.session.agent_index):
+                self._any_agent = True
+            elif now >= target.detect_until:
                 self._no_runtime(target)
 
     def _no_runtime(self, target: Target) -> None:
@@ -173,7 +180,7 @@ class Sampler:
 
     @property
     def alive(self) -> bool:
-        return any(self.tracer.process_alive(pid) for pid in self.targets)
+        return bool(self.tracer.live_pids)  # every process the tracer has is a target
 
     # --- the loop ---------------------------------------------------------------------------------------
 
@@ -186,66 +193,81 @@ class Sampler:
         end = None if config.duration is None else self.started + config.duration
         due = self.timer.next_due = time.monotonic()
         self.end_reason = EndReason.STOPPED
-        while not should_stop():
+        tracer, timer = self.tracer, self.timer
+        while True:
             if end is not None and due >= end:
                 self.end_reason = EndReason.DURATION
                 break
-            if not self.tracer.pump(due, should_stop) or not self.alive:
+            if not tracer.pump(due, should_stop) or not tracer.live_pids:  # pump: also until should_stop
                 self.end_reason = EndReason.EXITED
                 break
             if should_stop():
                 break
             yield self.tick()
-            due = self.timer.advance()
+            due = timer.advance()
             if end is not None and due > end:
                 due = end
         self.session.meta.duration = time.monotonic() - self.started
 
     def tick(self) -> Tick:
         self.ticks += 1
-        if self.children.due():
-            self._follow_children()
-            self._retry_detection()
+        now = time.monotonic()
+        if now >= self._next_sync:
+            self._housekeeping(now)
+        tracer = self.tracer
+        live = tracer.live_pids
         due: list[ThreadRecord] = []
         reused = 0
-        now = time.monotonic()
-        sync = now - self._last_sync >= SYNC_INTERVAL
-        if sync:
-            self._last_sync = now
         for pid, target in self.targets.items():
-            if not self.tracer.process_alive(pid):
+            if pid not in live:
                 continue
             if target.refresh is not None:
                 self._guard_agent(target.refresh, "agent_refresh_errors")
-            if sync or target.records is None:
-                target.records = self.tracer.sync_threads(pid)
-            for record in target.records:
+            records = target.records
+            if records is None:  # a process added since the last look
+                records = target.records = tracer.sync_threads(pid)
+            for record in records:
                 if record.gone:
                     continue
-                state = self._state(record)
-                if self._reuse(record, state):
+                if self._reuse(record, record.user or self._state(record)):
                     reused += 1
                 else:
                     due.append(record)
-        fifo = self._fifo_always or (self._fifo_auto and len(due) > self._ncpu)
-        if self.tracer.late_captures:
-            for capture in self.tracer.take_late_captures():  # stops that missed the previous tick's window
+        if tracer.late_captures:
+            for capture in tracer.take_late_captures():  # stops that missed the previous tick's window
                 self.record(capture)
-        hook = self.agent_capture if any(t.agent is not None for t in self.targets.values()) else None
+        if not due:
+            return Tick(self.ticks, time.monotonic() - self.started, 0, reused)
+        fifo = self._fifo_always or (self._fifo_auto and len(due) > self._ncpu)
+        native = self.config.native
+        if not self._any_agent:
+            captures = tracer.capture(due, copy_stack=native, fifo=fifo, window=self._window)
+            self._record_all(captures, settle=False)
+            return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
         # During the stops the agents copy what they can name in advance (``agent_snapshot``); each copy is
         # settled after resume, and a thread whose copy fell short is stopped again and captured in full.
         # Late stops (after the window) are captured in full: they are recorded at the next tick.
-        first = self.agent_snapshot if hook is not None else None
-        captures = self.tracer.capture(due, copy_stack=self.config.native, agent_capture=first, fifo=fifo,
-                                       window=self._window, late_agent_capture=hook)  # fmt: skip
+        hook = self.agent_capture
+        captures = tracer.capture(due, copy_stack=native, agent_capture=self.agent_snapshot, fifo=fifo,
+                                  window=self._window, late_agent_capture=hook)  # fmt: skip
         again = self._record_all(captures, settle=True)
         stopped = len(captures)
         if again:
-            captures = self.tracer.capture(again, copy_stack=self.config.native, agent_capture=hook, fifo=fifo,
-                                           window=self._window)  # fmt: skip
+            captures = tracer.capture(again, copy_stack=native, agent_capture=hook, fifo=fifo, window=self._window)
             self._record_all(captures, settle=False)
             stopped += len(captures)
         return Tick(self.ticks, time.monotonic() - self.started, stopped, reused)
+
+    def _housekeeping(self, now: float) -> None:
+        """Between ticks, every SYNC_INTERVAL: new threads of every process; every SCAN_INTERVAL (children.py)
+        also new children, execs, and runtimes that fresh processes loaded since."""
+        self._next_sync = now + SYNC_INTERVAL
+        if self.children.due():
+            self._follow_children()
+            self._retry_detection()
+        for pid, target in self.targets.items():
+            if self.tracer.process_alive(pid):
+                target.records = self.tracer.sync_threads(pid)
 
     def _record_all(self, captures: list[Capture], settle: bool) -> list[ThreadRecord]:
         """Record a tick's captures (every thread runs again); with ``settle``, first let the agents settle
@@ -266,7 +288,7 @@ class Sampler:
         if state is None:
             index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
             state = record.user = self.threads[record.key] = ThreadState(index)
-        return state  # type: ignore[return-value]
+        return state
 
     def _reuse(self, record: ThreadRecord, state: ThreadState) -> bool:
         """Count a sample without stopping the thread, when its stack cannot have changed (or must not be
@@ -274,6 +296,8 @@ class Sampler:
         sched = record.proc.schedstat()
         if sched is None:
             return True  # gone; the tracer drops it when its exit is reaped
+        if sched is state.quiet_schedstat:  # read the same as at the last tick, which found it asleep
+            return self._count_again(state, state.last_class)
         run_time, slices = sched
         # Run time that has not grown means the thread has not run since its last sample, or it has been on
         # a CPU all along since it was put there, its time not yet accounted (that waits for a scheduler
@@ -283,15 +307,17 @@ class Sampler:
         # (from that look) but no stack yet: it is left alone like any sleeper, without a sample to count.
         ran = state.last_run_time < 0 or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
         switched_in = slices != state.last_slices
-        if not ran and not switched_in and state.last_class.is_idle:
+        if not ran and not switched_in and state.last_class in _IDLE_CLASSES:
+            state.quiet_schedstat = sched  # until it changes, this decision stands (ThreadProc.schedstat)
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
+        state.quiet_schedstat = None
         letter = record.proc.state()
         if not ran and not (switched_in and letter == "R"):
             # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise it may
             # wait for a CPU, which is busy, not idle.
             state.last_slices = slices
             cls = state.last_class
-            return self._count_again(state, cls if cls.is_idle or letter == "R" else SampleClass.IDLE)
+            return self._count_again(state, cls if cls in _IDLE_CLASSES or letter == "R" else SampleClass.IDLE)
         if not self.config.interrupt_sleeping and (letter in _ASLEEP or letter in _HALTED):
             # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
             state.last_run_time, state.last_slices = run_time, slices

@@ -108,7 +108,7 @@ def thread_start_time(pid: int, tid: int) -> int | None:
 class ThreadProc:
     """Open descriptors on one thread's schedstat and stat, re-read each tick with pread."""
 
-    __slots__ = ("_schedstat_fd", "_stat_fd")
+    __slots__ = ("_schedstat_fd", "_stat_fd", "_schedstat_bytes", "_schedstat")
 
     def __init__(self, pid: int, tid: int) -> None:
         base = f"/proc/{pid}/task/{tid}"
@@ -118,6 +118,8 @@ class ThreadProc:
         except OSError:
             os.close(self._schedstat_fd)
             raise
+        self._schedstat_bytes = b""
+        self._schedstat: tuple[int, int] | None = None
 
     def schedstat(self) -> tuple[int, int] | None:
         """``(run time in ns, timeslices)``: schedstat fields 1 and 3, or None once the thread is gone.
@@ -125,6 +127,9 @@ class ThreadProc:
         Field 3 counts how many times the thread was put on a CPU (Documentation/scheduler/sched-stats.rst,
         "pcount"). The kernel bumps it at the switch-in itself, whereas field 1 of a thread that stays on a
         CPU is only brought up to date at a scheduler tick (every 4 ms at HZ=250) or when it leaves the CPU.
+
+        While the file reads the same, the same tuple object is returned: a caller tells "nothing changed
+        since my last read" by identity, and a thread asleep for long is not parsed at every tick.
         """
         try:
             data = os.pread(self._schedstat_fd, 128, 0)
@@ -132,10 +137,14 @@ class ThreadProc:
             if e.errno in (errno.ESRCH, errno.ENOENT):
                 return None
             raise
+        if data == self._schedstat_bytes:
+            return self._schedstat
         fields = data.split()
         if len(fields) < 3:
             return None
-        return int(fields[0]), int(fields[2])
+        self._schedstat_bytes = data
+        self._schedstat = value = int(fields[0]), int(fields[2])
+        return value
 
     def state(self) -> str | None:
         """The one-letter scheduler state (proc(5) field 3): R running, S sleeping, D disk sleep, T/t stopped."""

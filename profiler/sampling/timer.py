@@ -20,7 +20,10 @@ class Timer:
         if rate <= 0:
             raise ValueError("rate must be positive")
         self.period = 1.0 / rate
-        self._random = random.Random(seed)
+        #: the step is uniform in [1 - JITTER, 1 + JITTER] periods: _shortest + _spread * U[0, 1)
+        self._shortest = self.period * (1.0 - JITTER)
+        self._spread = self.period * 2.0 * JITTER
+        self._uniform = random.Random(seed).random  # one C call per tick, not random.uniform's Python frame
         self._clock = clock
         self.next_due = clock()
         self.late_ticks = 0
@@ -34,10 +37,9 @@ class Timer:
         rather than also sleeping after every late tick.
         """
         now = self._clock()
-        # uniform in [1 - JITTER, 1 + JITTER] periods: one C call, not random.uniform's Python frame
-        step = self.period * (1.0 - JITTER + 2.0 * JITTER * self._random.random())
-        self.next_due += step
-        if self.next_due < now - self.period:
+        due = self.next_due + self._shortest + self._spread * self._uniform()
+        if due < now - self.period:
             self.late_ticks += 1
-            self.next_due = now
-        return self.next_due
+            due = now
+        self.next_due = due
+        return due

@@ -12,7 +12,9 @@ import time
 
 import pytest
 
+from profiler.target import events
 from profiler.target.events import AlarmWait, SigchldWait, sigchld_blocked
+from profiler.target.ptrace import WNOHANG
 
 WAITS = [SigchldWait, AlarmWait]
 
@@ -53,22 +55,20 @@ def test_sigchld_wait_restores_the_signal_mask():
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
 
 
-def test_sigchld_wait_after_a_quiet_deadline_goes_straight_to_sigtimedwait():
+def test_sigchld_wait_after_a_quiet_deadline_goes_straight_to_sigtimedwait(monkeypatch):
     """A wait that ended at its deadline had found no event and seen no SIGCHLD after, so any later event
     leaves a SIGCHLD pending: the next wait needs no waitpid first (one system call fewer per tick), and
     still reports an exit that comes during it."""
     child = subprocess.Popen(["sleep", "30"])
     wait = SigchldWait()
     calls = []
-    real = wait._waiter.wait
+    real = events._waitpid
 
-    class Counting:
-        @staticmethod
-        def wait(nohang: bool = False) -> tuple[int, int, int]:
-            calls.append(nohang)
-            return real(nohang)
+    def counting(pid: int, status: object, options: int) -> int:
+        calls.append(bool(options & WNOHANG))
+        return real(pid, status, options)
 
-    wait._waiter = Counting()
+    monkeypatch.setattr(events, "_waitpid", counting)
     try:
         assert wait.wait(time.monotonic() + 0.02)[0] == -1
         assert wait.wait(time.monotonic() + 0.02)[0] == -1

@@ -39,8 +39,6 @@ from profiler.target.libc import libc
 #: and the start of the blocking waitpid (there is no "pwaitpid" to close that race)
 ALARM_BACKSTOP = 0.001
 
-_waitpid = pt._waitpid
-_WALL_NOHANG = pt.WALL | pt.WNOHANG
 _sigtimedwait = libc.sigtimedwait
 _sigtimedwait.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _sigtimedwait.restype = ctypes.c_int
@@ -87,8 +85,7 @@ class SigchldWait:
     ``close``."""
 
     def __init__(self) -> None:
-        self._status = ctypes.c_int(0)
-        self._status_ref = ctypes.byref(self._status)
+        self._waiter = pt.Waiter()
         #: the last wait ended at its deadline: ``waitpid`` had found nothing and no SIGCHLD came after, so
         #: every event since then has a SIGCHLD pending and the next wait can go to ``sigtimedwait`` at once
         #: (the tick's stop wait starts so: one ``waitpid`` fewer per tick)
@@ -101,15 +98,13 @@ class SigchldWait:
 
     def wait(self, deadline: float, early: bool = False) -> tuple[int, int, int]:
         """The next event, or ``(-1, 0, EINTR)`` at ``deadline`` (monotonic) or on another signal. (``early``
-        is for ``AlarmWait``: this wait ends at the deadline exactly anyway.) Twice per tick, so the
-        ``waitpid`` is called here directly rather than through ``pt.Waiter``."""
+        is for ``AlarmWait``: this wait ends at the deadline exactly anyway.)"""
+        waiter = self._waiter
         while True:
             if not self._drained:
-                tid = _waitpid(-1, self._status_ref, _WALL_NOHANG)
-                if tid > 0:
-                    return tid, self._status.value, 0
-                if tid < 0:
-                    return -1, 0, ctypes.get_errno()
+                tid, status, err = waiter.wait(nohang=True)
+                if tid != 0:
+                    return tid, status, err
             self._drained = False
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -12,9 +12,7 @@ import time
 
 import pytest
 
-from profiler.target import events
 from profiler.target.events import AlarmWait, SigchldWait, sigchld_blocked
-from profiler.target.ptrace import WNOHANG
 
 WAITS = [SigchldWait, AlarmWait]
 
@@ -55,20 +53,22 @@ def test_sigchld_wait_restores_the_signal_mask():
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
 
 
-def test_sigchld_wait_after_a_quiet_deadline_goes_straight_to_sigtimedwait(monkeypatch):
+def test_sigchld_wait_after_a_quiet_deadline_goes_straight_to_sigtimedwait():
     """A wait that ended at its deadline had found no event and seen no SIGCHLD after, so any later event
     leaves a SIGCHLD pending: the next wait needs no waitpid first (one system call fewer per tick), and
     still reports an exit that comes during it."""
     child = subprocess.Popen(["sleep", "30"])
     wait = SigchldWait()
     calls = []
-    real = events._waitpid
+    real = wait._waiter.wait
 
-    def counting(pid: int, status: object, options: int) -> int:
-        calls.append(bool(options & WNOHANG))
-        return real(pid, status, options)
+    class Counting:
+        @staticmethod
+        def wait(nohang: bool = False) -> tuple[int, int, int]:
+            calls.append(nohang)
+            return real(nohang)
 
-    monkeypatch.setattr(events, "_waitpid", counting)
+    wait._waiter = Counting()
     try:
         assert wait.wait(time.monotonic() + 0.02)[0] == -1
         assert wait.wait(time.monotonic() + 0.02)[0] == -1

@@ -296,8 +296,6 @@ class Sampler:
         sched = record.proc.schedstat()
         if sched is None:
             return True  # gone; the tracer drops it when its exit is reaped
-        if sched is state.quiet_schedstat:  # read the same as at the last tick, which found it asleep
-            return self._count_again(state, state.last_class)
         run_time, slices = sched
         # Run time that has not grown means the thread has not run since its last sample, or it has been on
         # a CPU all along since it was put there, its time not yet accounted (that waits for a scheduler
@@ -308,9 +306,7 @@ class Sampler:
         ran = state.last_run_time < 0 or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
         switched_in = slices != state.last_slices
         if not ran and not switched_in and state.last_class in _IDLE_CLASSES:
-            state.quiet_schedstat = sched  # until it changes, this decision stands (ThreadProc.schedstat)
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
-        state.quiet_schedstat = None
         letter = record.proc.state()
         if not ran and not (switched_in and letter == "R"):
             # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise it may

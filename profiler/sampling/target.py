@@ -29,9 +29,6 @@ class ThreadState:
     last_slices: int = -1  #: schedstat timeslices (switches onto a CPU) as of the last sample
     run_time_at_stop: int = -1  #: both, as read just before the stop now in progress
     slices_at_stop: int = -1
-    #: the schedstat reading (ThreadProc.schedstat's tuple) of the last tick, if it found the thread asleep
-    #: then and asleep at its sample before: while the reading is the same object, it still is
-    quiet_schedstat: tuple[int, int] | None = None
     last_stack: int | None = None
     last_stop: StopReason = StopReason.REUSED
     last_class: SampleClass = SampleClass.RUNNING

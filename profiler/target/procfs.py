@@ -128,8 +128,8 @@ class ThreadProc:
         "pcount"). The kernel bumps it at the switch-in itself, whereas field 1 of a thread that stays on a
         CPU is only brought up to date at a scheduler tick (every 4 ms at HZ=250) or when it leaves the CPU.
 
-        While the file reads the same, the same tuple object is returned: a caller tells "nothing changed
-        since my last read" by identity, and a thread asleep for long is not parsed at every tick.
+        While the file reads the same bytes, the last reading is returned without parsing them again: a
+        thread asleep for long costs a pread and a comparison per tick.
         """
         try:
             data = os.pread(self._schedstat_fd, 128, 0)

@@ -76,7 +76,12 @@ class SampleClass(enum.IntEnum):
 
     @property
     def is_idle(self) -> bool:
-        return self in (SampleClass.IDLE, SampleClass.BLOCKED)
+        return self in IDLE_CLASSES
+
+
+#: the classes of a sample whose thread was not running (``is_idle``; the sampler tests membership directly,
+#: per thread and tick, to spare the property's call)
+IDLE_CLASSES = (SampleClass.IDLE, SampleClass.BLOCKED)
 
 
 class FrameKind(enum.IntEnum):

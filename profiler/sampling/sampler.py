@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.errors import NprofError
-from profiler.model import SampleClass, StopReason
+from profiler.model import IDLE_CLASSES, SampleClass, StopReason
 from profiler.runtime import RECAPTURE, Agent
 from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.session import Session
@@ -49,8 +49,6 @@ SYNC_INTERVAL = 0.01
 #: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
 MIN_WINDOW = 0.002
 
-#: the classes of a sample whose thread was not running (SampleClass.is_idle, without its Python call)
-_IDLE_CLASSES = (SampleClass.IDLE, SampleClass.BLOCKED)
 #: /proc state letters of a thread asleep in the kernel (proc(5)): sleeping, disk sleep, idle kthread
 _ASLEEP = frozenset("SDI")
 #: stopped by job control or by another tracer: it cannot run, so its stack cannot change
@@ -305,7 +303,7 @@ class Sampler:
         # (from that look) but no stack yet: it is left alone like any sleeper, without a sample to count.
         ran = state.last_run_time < 0 or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
         switched_in = slices != state.last_slices
-        if not ran and not switched_in and state.last_class in _IDLE_CLASSES:
+        if not ran and not switched_in and state.last_class in IDLE_CLASSES:
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
         letter = record.proc.state()
         if not ran and not (switched_in and letter == "R"):
@@ -313,7 +311,7 @@ class Sampler:
             # wait for a CPU, which is busy, not idle.
             state.last_slices = slices
             cls = state.last_class
-            return self._count_again(state, cls if cls in _IDLE_CLASSES or letter == "R" else SampleClass.IDLE)
+            return self._count_again(state, cls if cls in IDLE_CLASSES or letter == "R" else SampleClass.IDLE)
         if not self.config.interrupt_sleeping and (letter in _ASLEEP or letter in _HALTED):
             # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
             state.last_run_time, state.last_slices = run_time, slices

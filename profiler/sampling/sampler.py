@@ -234,24 +234,19 @@ class Sampler:
         if tracer.late_captures:
             for capture in tracer.take_late_captures():  # stops that missed the previous tick's window
                 self.record(capture)
-        if not due:
-            return Tick(self.ticks, time.monotonic() - self.started, 0, reused)
         fifo = self._fifo_always or (self._fifo_auto and len(due) > self._ncpu)
-        native = self.config.native
-        if not self._any_agent:
-            captures = tracer.capture(due, copy_stack=native, fifo=fifo, window=self._window)
-            self._record_all(captures, settle=False)
-            return Tick(self.ticks, time.monotonic() - self.started, len(captures), reused)
+        native, window = self.config.native, self._window
         # During the stops the agents copy what they can name in advance (``agent_snapshot``); each copy is
         # settled after resume, and a thread whose copy fell short is stopped again and captured in full.
-        # Late stops (after the window) are captured in full: they are recorded at the next tick.
-        hook = self.agent_capture
-        captures = tracer.capture(due, copy_stack=native, agent_capture=self.agent_snapshot, fifo=fifo,
-                                  window=self._window, late_agent_capture=hook)  # fmt: skip
-        again = self._record_all(captures, settle=True)
+        # Late stops (after the window) are captured in full: they are recorded at the next tick. Without
+        # any agent the stops call no hook at all.
+        first, full = (self.agent_snapshot, self.agent_capture) if self._any_agent else (None, None)
+        captures = tracer.capture(due, copy_stack=native, agent_capture=first, fifo=fifo, window=window,
+                                  late_agent_capture=full)  # fmt: skip
+        again = self._record_all(captures, settle=first is not None)
         stopped = len(captures)
         if again:
-            captures = tracer.capture(again, copy_stack=native, agent_capture=hook, fifo=fifo, window=self._window)
+            captures = tracer.capture(again, copy_stack=native, agent_capture=full, fifo=fifo, window=window)
             self._record_all(captures, settle=False)
             stopped += len(captures)
         return Tick(self.ticks, time.monotonic() - self.started, stopped, reused)

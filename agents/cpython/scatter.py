@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import mmap
 import struct
 
 # python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes. Its binding is
@@ -48,8 +49,9 @@ KEEP_MIN = 64
 
 
 #: the kernel maps memory in pages: a range that ends inside a page can grow to that page's end and still
-#: touch only pages it already touched, so the longer read cannot fault where the shorter one did not
-PAGE_SIZE = 4096
+#: touch only pages it already touched, so the longer read cannot fault where the shorter one did not. The
+#: target runs on this machine's kernel, so its page size is ours.
+PAGE_SIZE = mmap.PAGESIZE
 
 
 class ReadPlan:
@@ -163,10 +165,6 @@ def next_ranges(
     return needed + kept[: max(KEEP_MIN, len(needed))]
 
 
-#: a snapshot buffer grows in steps of a page, so a plan that grows a little does not reallocate every time
-SNAPSHOT_ROUND = 4096
-
-
 class Snapshot:
     """The bytes of one thread's read plan, copied during its stop by one ``process_vm_readv`` and kept for
     the walk after resume (``ScatterReader.replay``): the least an agent can do while the thread is stopped.
@@ -191,7 +189,8 @@ class Snapshot:
     def fit(self, plan: ReadPlan) -> None:
         """Make room for ``plan`` (after resume, when the plan is built)."""
         if len(self.buffer) < plan.total:
-            size = -(-plan.total // SNAPSHOT_ROUND) * SNAPSHOT_ROUND
+            # whole pages, so that a plan that grows a little does not reallocate every time
+            size = -(-plan.total // PAGE_SIZE) * PAGE_SIZE
             self.buffer = ctypes.create_string_buffer(size)
             self.base = ctypes.addressof(self.buffer)
             self.view = memoryview(self.buffer).cast("B")

@@ -1,17 +1,7 @@
 """The sampling loop: an iterator of ticks. Each tick decides which threads to stop, lets the tracer copy
 them, and only then (with every thread running again) has ``stacks.py`` unwind, merge and count the copies.
 
-Which threads are stopped (DESIGN.md section 2):
-
-* a thread whose schedstat run time has not grown since its previous sample has the same stack: it is not
-  stopped, its previous stack is counted again (RUNNING if it waits for a CPU, IDLE if it sleeps). The
-  exception is a thread that was switched onto a CPU since (schedstat's timeslice count) and is running:
-  the kernel has not accounted its time yet, which at rates above the scheduler's tick rate is the usual
-  case for a busy thread;
-* a thread that has run but is asleep in the kernel now is not stopped either (a ptrace stop can make some
-  syscalls return EINTR in the target, signal(7)); it is counted BLOCKED with its last stack, unless
-  ``interrupt_sleeping`` asks for exact idle stacks;
-* everything else is stopped, all at once.
+Which threads a tick stops, and which it counts without a stop, is ``idle.py``'s decision.
 """
 
 from __future__ import annotations
@@ -25,9 +15,9 @@ from dataclasses import dataclass
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.errors import NprofError
-from profiler.model import IDLE_CLASSES, SampleClass, StopReason
 from profiler.runtime import RECAPTURE, Agent
 from profiler.sampling.children import ChildWatcher, children_of
+from profiler.sampling.idle import IdleCheck
 from profiler.sampling.session import Session
 from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
@@ -39,20 +29,11 @@ from profiler.target.capture import AgentCapture, Capture, ThreadRecord
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
-#: Run-time growth below this counts as "has not run": stopping and resuming a sleeping thread itself
-#: costs it 16-64 us of run time (measured here), which must not make it look busy at the next tick.
-IDLE_EPSILON_NS = 100_000
-
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
 SYNC_INTERVAL = 0.01
 
 #: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
 MIN_WINDOW = 0.002
-
-#: /proc state letters of a thread asleep in the kernel (proc(5)): sleeping, disk sleep, idle kthread
-_ASLEEP = frozenset("SDI")
-#: stopped by job control or by another tracer: it cannot run, so its stack cannot change
-_HALTED = frozenset("Tt")
 
 
 class EndReason(enum.Enum):
@@ -102,6 +83,7 @@ class Sampler:
         self._fifo_always = config.capture_priority is CapturePriority.FIFO
         self._fifo_auto = config.capture_priority is CapturePriority.AUTO
         self.stacks = StackRecorder(session, config)
+        self.idle = IdleCheck(session, config.interrupt_sleeping)
         self.agent_capture = self._agent_hook(snapshot=False)  #: also ``nprof dump``'s, for its held stops
         self.agent_snapshot = self._agent_hook(snapshot=True)  #: a tick's first stops
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
@@ -216,6 +198,7 @@ class Sampler:
         live = tracer.live_pids
         due: list[ThreadRecord] = []
         reused = 0
+        reuse = self.idle.reuse
         for pid, target in self.targets.items():
             if pid not in live:
                 continue
@@ -227,7 +210,7 @@ class Sampler:
             for record in records:
                 if record.gone:
                     continue
-                if self._reuse(record, record.user or self._state(record)):
+                if reuse(record, record.user or self._state(record)):
                     reused += 1
                 else:
                     due.append(record)
@@ -282,45 +265,6 @@ class Sampler:
             index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
             state = record.user = self.threads[record.key] = ThreadState(index)
         return state
-
-    def _reuse(self, record: ThreadRecord, state: ThreadState) -> bool:
-        """Count a sample without stopping the thread, when its stack cannot have changed (or must not be
-        disturbed). False means: stop it."""
-        sched = record.proc.schedstat()
-        if sched is None:
-            return True  # gone; the tracer drops it when its exit is reaped
-        run_time, slices = sched
-        # Run time that has not grown means the thread has not run since its last sample, or it has been on
-        # a CPU all along since it was put there, its time not yet accounted (that waits for a scheduler
-        # tick while it stays on the CPU). The second shows as a switch-in since the last sample and the
-        # state R now; a stopped thread is switched in again when it is resumed.
-        # A thread seen asleep since nprof attached, and never sampled, has a run time to compare with
-        # (from that look) but no stack yet: it is left alone like any sleeper, without a sample to count.
-        ran = state.last_run_time < 0 or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
-        switched_in = slices != state.last_slices
-        if not ran and not switched_in and state.last_class in IDLE_CLASSES:
-            return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
-        letter = record.proc.state()
-        if not ran and not (switched_in and letter == "R"):
-            # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise it may
-            # wait for a CPU, which is busy, not idle.
-            state.last_slices = slices
-            cls = state.last_class
-            return self._count_again(state, cls if cls in IDLE_CLASSES or letter == "R" else SampleClass.IDLE)
-        if not self.config.interrupt_sleeping and (letter in _ASLEEP or letter in _HALTED):
-            # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
-            state.last_run_time, state.last_slices = run_time, slices
-            return self._count_again(state, SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE)
-        state.run_time_at_stop, state.slices_at_stop = run_time, slices
-        return False
-
-    def _count_again(self, state: ThreadState, cls: SampleClass) -> bool:
-        """A sample of the thread's last stack, without stopping it (none if it was never sampled: it has
-        slept since nprof attached). Returns True (it was not stopped)."""
-        state.last_class = cls
-        if state.last_stack is not None:
-            self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, cls)
-        return True
 
     def _agent_hook(self, snapshot: bool) -> AgentCapture:
         """The tracer's hook while a thread is stopped: the agent of its process copies what it needs, with

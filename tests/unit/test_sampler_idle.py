@@ -1,6 +1,6 @@
 """The sampler's per-tick decisions, as pure logic over stand-ins (the real thing is covered by the
 recording tests against live targets): stopping a thread or counting its last stack again
-(``Sampler._reuse``, over scripted ``/proc`` readings), and settling the agents' snapshots after resume."""
+(``IdleCheck.reuse``, over scripted ``/proc`` readings), and settling the agents' snapshots after resume."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from profiler.config import SamplerConfig
 from profiler.model import SampleClass
 from profiler.runtime import RECAPTURE
-from profiler.sampling.sampler import IDLE_EPSILON_NS, Sampler
+from profiler.sampling.idle import IDLE_EPSILON_NS
+from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.sampling.target import ThreadState
 
@@ -42,7 +43,7 @@ def sampler(**config: object) -> Sampler:
 
 def test_thread_asleep_since_attach_is_left_alone_and_looked_at_once():
     s, record, state = sampler(), Record(), ThreadState(index=0)
-    assert all(s._reuse(record, state) for _ in range(50))
+    assert all(s.idle.reuse(record, state) for _ in range(50))
     assert record.proc.state_reads == 1  # the first look; then its run time and switch count say "same"
     assert s.session.total_samples == 0  # no stack known, so nothing to count
     assert state.last_class is SampleClass.BLOCKED
@@ -50,16 +51,16 @@ def test_thread_asleep_since_attach_is_left_alone_and_looked_at_once():
 
 def test_thread_asleep_since_attach_is_stopped_once_it_runs():
     s, record, state = sampler(), Record(), ThreadState(index=0)
-    s._reuse(record, state)
+    s.idle.reuse(record, state)
     record.proc.run_time += 10 * IDLE_EPSILON_NS
     record.proc.slices += 1
     record.proc.letter = "R"
-    assert s._reuse(record, state) is False
+    assert s.idle.reuse(record, state) is False
 
 
 def test_sleeping_threads_are_stopped_with_interrupt_sleeping():
     s, record, state = sampler(interrupt_sleeping=True), Record(), ThreadState(index=0)
-    assert s._reuse(record, state) is False  # never sampled: its stack is wanted, asleep or not
+    assert s.idle.reuse(record, state) is False  # never sampled: its stack is wanted, asleep or not
 
 
 @dataclass

@@ -51,9 +51,9 @@ class Tracer:
         self.processes: dict[int, TargetProcess] = {}
         self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
         self.threads: dict[int, ThreadRecord] = {}
-        self._live: dict[int, int] = {}  # pid -> threads not gone
-        #: pids with a thread not gone and a leader that has not exited: the sampler asks every tick
-        self.live_pids: set[int] = set()
+        #: pid -> its threads not gone, for each process with such a thread and a leader that has not
+        #: exited (the sampler asks which processes are alive every tick)
+        self.live_pids: dict[int, int] = {}
         self.stats = TracerStats()
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
         self._events: EventWait | None = None
@@ -113,9 +113,8 @@ class Tracer:
             return None  # seized but already gone: its exit is reaped like any other event
         record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
         self.threads[tid] = record
-        self._live[pid] = self._live.get(pid, 0) + 1
         if pid not in self.exit_status:
-            self.live_pids.add(pid)
+            self.live_pids[pid] = self.live_pids.get(pid, 0) + 1
         self.stats.threads_seen += 1
         return record
 
@@ -124,9 +123,9 @@ class Tracer:
             record.gone = True
             record.proc.close()
             self.stats.threads_exited += 1
-            self._live[record.pid] = live = self._live.get(record.pid, 1) - 1
-            if live <= 0:
-                self.live_pids.discard(record.pid)
+            live = self.live_pids.pop(record.pid, 0) - 1  # absent: the process is counted dead already
+            if live > 0:
+                self.live_pids[record.pid] = live
         self.threads.pop(record.tid, None)
         self._held.pop(record.tid, None)
         self._late.pop(record.tid, None)
@@ -136,7 +135,7 @@ class Tracer:
 
     def _leader_exited(self, pid: int, status: int) -> None:
         self.exit_status[pid] = status
-        self.live_pids.discard(pid)
+        self.live_pids.pop(pid, None)
 
     # --- the capture of one tick (the hot loop) ---------------------------------------------------------
 

@@ -39,7 +39,7 @@ def main() -> None:
     status = ctypes.c_int()
     status_ref = ctypes.byref(status)
     regs = pt.user_regs_struct()
-    regs_address = ctypes.addressof(regs)
+    regs_ref = ctypes.byref(regs)
     window = ctypes.create_string_buffer(args.stack_bytes)
     local, remote = pt.iovec(ctypes.addressof(window), args.stack_bytes), pt.iovec(0, args.stack_bytes)
     local_ref, remote_ref = ctypes.byref(local), ctypes.byref(remote)
@@ -84,7 +84,7 @@ def main() -> None:
             if status.value & 0xFF != 0x7F:
                 continue  # exited instead of stopping
             stopped += 1
-            ptrace(PTRACE_GETREGS, tid, 0, regs_address)
+            ptrace(PTRACE_GETREGS, tid, 0, regs_ref)
             remote.iov_base = regs.rsp
             readv(pid, local_ref, 1, remote_ref, 1, 0)
             ptrace(PTRACE_CONT, tid, 0, 0)

@@ -22,8 +22,9 @@ import ctypes
 import mmap
 import struct
 
-# python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes. Its binding is
-# reused here rather than declared a second time.
+# python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
+# (iovec arrays and pointers go as their address, counts as C ints). Its binding is reused here rather than
+# declared a second time.
 from profiler.target.ptrace import _process_vm_readv as process_vm_readv
 from profiler.target.ptrace import iovec
 
@@ -57,13 +58,12 @@ PAGE_SIZE = mmap.PAGESIZE
 class ReadPlan:
     """Remote ranges to prefetch, and where each planned address lands in the buffer."""
 
-    __slots__ = ("count", "remote", "remote_ptr", "ends", "total", "where", "_starts", "_spans")
+    __slots__ = ("count", "remote", "ends", "total", "where", "_starts", "_spans")
 
     def __init__(self, ranges: list[tuple[int, int]], where: dict[int, tuple[int, int, int]]) -> None:
         self.count = len(ranges)
         # iovec arrays as flat u64 pairs: setting a u64 costs ~60 ns, a ctypes struct field ~300 ns
         self.remote = (ctypes.c_uint64 * (2 * max(self.count, 1)))()
-        self.remote_ptr = ctypes.cast(self.remote, ctypes.POINTER(iovec))
         self.ends: list[int] = []
         total = 0
         for i, (addr, size) in enumerate(ranges):
@@ -80,12 +80,12 @@ class ReadPlan:
         self._starts = [span[0] for span in spans]
         self._spans = spans
 
-    def copy(self, pid: int, local: ctypes.Array, local_ptr: object) -> int:
+    def copy(self, pid: int, local: ctypes.Array) -> int:
         """Copy every range with one ``process_vm_readv`` into the buffer whose address is ``local[0]``
-        (``local`` is one iovec as a u64 pair, ``local_ptr`` the same cast to an iovec pointer); returns how
-        many ranges were copied completely (the kernel stops at the first remote iovec that faults)."""
+        (``local`` is one iovec as a u64 pair); returns how many ranges were copied completely (the kernel
+        stops at the first remote iovec that faults)."""
         local[1] = self.total
-        n = process_vm_readv(pid, local_ptr, 1, self.remote_ptr, self.count, 0)
+        n = process_vm_readv(pid, local, 1, self.remote, self.count, 0)
         return bisect.bisect_right(self.ends, n) if n > 0 else 0
 
     def find(self, addr: int, size: int, done: int) -> int:
@@ -174,7 +174,7 @@ class Snapshot:
     a tick's snapshots in the same tick). The buffer is sized when the plan is made (``fit``), never during
     a stop: allocating there would lengthen the stop."""
 
-    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "_local", "_local_ptr")
+    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "_local")
 
     def __init__(self) -> None:
         self.tid = 0
@@ -184,7 +184,6 @@ class Snapshot:
         self.base = ctypes.addressof(self.buffer)
         self.view = memoryview(self.buffer).cast("B")
         self._local = (ctypes.c_uint64 * 2)(self.base, 0)
-        self._local_ptr = ctypes.cast(self._local, ctypes.POINTER(iovec))
 
     def fit(self, plan: ReadPlan) -> None:
         """Make room for ``plan`` (after resume, when the plan is built)."""
@@ -201,7 +200,7 @@ class Snapshot:
         not fit (it was rebuilt and not yet ``fit``): the caller walks in the stop instead."""
         if not plan.count or plan.total > len(self.buffer):
             return False
-        self.done = plan.copy(pid, self._local, self._local_ptr)
+        self.done = plan.copy(pid, self._local)
         self.tid = tid
         self.plan = plan
         return True
@@ -215,7 +214,7 @@ class ScatterReader:
     """
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_own_view", "_whole", "_whole_ptr", "_local", "_remote", "_batch", "_batch_ptr")
+                 "_own_view", "_whole", "_local", "_remote", "_batch")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
@@ -231,11 +230,9 @@ class ScatterReader:
         #: unreadable, and counted as a miss. For a walk over bytes copied earlier while the thread runs.
         self.frozen = False
         self._whole = (ctypes.c_uint64 * 2)(self.base, 0)  #: the buffer as one iovec, for a plan's prefetch
-        self._whole_ptr = ctypes.cast(self._whole, ctypes.POINTER(iovec))
         self._local = iovec(self.base, 0)
         self._remote = iovec(0, 0)
         self._batch = (ctypes.c_uint64 * (2 * IOV_MAX))()
-        self._batch_ptr = ctypes.cast(self._batch, ctypes.POINTER(iovec))
 
     def begin(self, plan: ReadPlan) -> None:
         """Prefetch every planned range with one syscall."""
@@ -246,7 +243,7 @@ class ScatterReader:
         self.tail = plan.total
         self.done = 0
         if plan.count:
-            self.done = plan.copy(self.pid, self._whole, self._whole_ptr)
+            self.done = plan.copy(self.pid, self._whole)
             self.syscalls = 1
 
     def replay(self, snapshot: Snapshot) -> None:
@@ -322,7 +319,7 @@ class ScatterReader:
             self._local.iov_len = size * len(chunk)
             self.syscalls += 1
             self.misses += len(chunk)
-            n = process_vm_readv(self.pid, ctypes.byref(self._local), 1, self._batch_ptr, len(chunk), 0)
+            n = process_vm_readv(self.pid, ctypes.byref(self._local), 1, self._batch, len(chunk), 0)
             complete = max(n, 0) // size
             for j, i in enumerate(chunk[:complete]):
                 out[i] = offset + j * size

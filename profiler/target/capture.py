@@ -42,11 +42,11 @@ class ThreadRecord:
 class Slot:
     """Preallocated destination of one thread's copy: registers and the stack window."""
 
-    __slots__ = ("regs", "regs_address", "buffer", "address", "size")
+    __slots__ = ("regs", "regs_ref", "buffer", "address", "size")
 
     def __init__(self, size: int) -> None:
         self.regs = pt.user_regs_struct()
-        self.regs_address = ctypes.addressof(self.regs)
+        self.regs_ref = ctypes.byref(self.regs)  #: the registers' address, as PTRACE_GETREGS takes it
         self.buffer = ctypes.create_string_buffer(size)
         self.address = ctypes.addressof(self.buffer)
         self.size = size

@@ -1,8 +1,8 @@
 """The C library, bound once for every ctypes call nprof makes (ptrace, waits, timers, signal sets).
 
 ``use_errno`` makes ctypes keep each call's errno for ``ctypes.get_errno()``. Each module takes the
-functions it needs from this one handle and sets their ``argtypes`` itself; no two modules use the same
-function.
+functions it needs from this one handle and declares their types itself (the ones called per stop declare
+only ``restype``: ptrace.py, "The calls"); no two modules use the same function.
 """
 
 from __future__ import annotations

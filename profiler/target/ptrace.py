@@ -1,5 +1,6 @@
-"""The ptrace binding layer: python-ptrace for the raw call, register struct and constants; ctypes for
-what python-ptrace lacks (SEIZE, INTERRUPT, LISTEN, waitpid with EINTR visible, process_vm_readv).
+"""The ptrace binding layer: python-ptrace for the register struct and constants; ctypes for the calls
+(python-ptrace lacks SEIZE, INTERRUPT, LISTEN, waitpid with EINTR visible and process_vm_readv, and its
+binding of ptrace itself costs ~450 ns more per call than this one, see "The calls" below).
 
 Why not python-ptrace's higher layers (``../shared/reference/ptrace-costs.md`` section 2): its
 ``PtraceDebugger`` wait loop raises on the PTRACE_EVENT_STOP that INTERRUPT produces, and ``readBytes`` goes
@@ -21,7 +22,6 @@ from ptrace.binding.func import (
     PTRACE_GETREGS,
     PTRACE_SETOPTIONS,
 )
-from ptrace.binding.func import _ptrace as raw_ptrace  # the bare libc ptrace symbol python-ptrace binds
 from ptrace.binding.linux_struct import user_regs_struct
 
 from profiler.target.libc import libc
@@ -54,8 +54,21 @@ ERESTART_RESTARTBLOCK = 516
 _RESTART_CODES = frozenset({ERESTARTSYS, 513, 514, ERESTART_RESTARTBLOCK, errno_mod.EINTR})
 
 
-_waitpid = libc.waitpid
-_waitpid.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int)
+# The calls. The capture loop makes them with a thread stopped, several per stop, so they are bound without
+# ``argtypes``: ctypes then passes a Python int as a C int (libffi widens it to the 64-bit register on
+# x86-64, so 0 arrives as a null pointer) and a ctypes pointer, array or buffer as its address, and runs no
+# converter per argument. The converters cost 100-150 ns per argument per call here, measured with
+# ``timeit`` (warm): ptrace with python-ptrace's four c_ulong argtypes 1240 ns, without 790 ns; waitpid
+# 1240 -> 650 ns (with ``Waiter.wait`` around it); process_vm_readv of 4 KiB 3230 -> 2370 ns (with
+# ``StackReader.read_into``); sigtimedwait (events.py) 810 -> 580 ns. So every argument must be an int that
+# fits a C int (requests, tids, flags, counts, sizes, signals) or a ctypes object: an address passed as an
+# int raises ``ctypes.ArgumentError``, it cannot be silently truncated.
+
+#: long ptrace(request, pid, addr, data); -1 on failure, with the reason in ``ctypes.get_errno()``
+raw_ptrace = libc.ptrace
+raw_ptrace.restype = ctypes.c_long
+
+_waitpid = libc.waitpid  # (pid, int *status, options)
 _waitpid.restype = ctypes.c_int
 
 
@@ -63,29 +76,20 @@ class iovec(ctypes.Structure):
     _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
 
 
-_process_vm_readv = libc.process_vm_readv
-_process_vm_readv.argtypes = (
-    ctypes.c_int,
-    ctypes.POINTER(iovec),
-    ctypes.c_ulong,
-    ctypes.POINTER(iovec),
-    ctypes.c_ulong,
-    ctypes.c_ulong,
-)
+_process_vm_readv = libc.process_vm_readv  # (pid, local iovecs, count, remote iovecs, count, flags)
 _process_vm_readv.restype = ctypes.c_ssize_t
 
 _get_errno = ctypes.get_errno
 
-#: What ``raw_ptrace`` (python-ptrace's libc binding, restype c_ulong) returns on failure: -1 as unsigned.
-#: The bare call is for the capture loop's per-stop calls, where each Python frame around a syscall is paid
-#: while the thread is stopped: ``raw_ptrace(...) == FAILED`` (errno then says why, via
-#: ``ctypes.get_errno``). Everywhere else, use the wrappers below.
-FAILED = ctypes.c_ulong(-1).value
+#: What ``raw_ptrace`` returns on failure. The capture loop calls it bare, ``raw_ptrace(...) == FAILED``
+#: (errno then says why, via ``ctypes.get_errno``): each Python frame around a syscall is paid while the
+#: thread is stopped. Everywhere else, use the wrappers below.
+FAILED = -1
 
 
 def ptrace(request: int, tid: int, addr: int = 0, data: int = 0) -> int:
-    """Raw ptrace; returns 0 on success or the errno. Uses python-ptrace's libc binding directly, without
-    its exception-raising wrapper, because ESRCH is an everyday event for a sampler."""
+    """Raw ptrace; returns 0 on success or the errno, never raises: ESRCH is an everyday event for a
+    sampler. ``addr`` and ``data`` are ints that fit a C int, or ctypes pointers (see "The calls")."""
     if raw_ptrace(request, tid, addr, data) == FAILED:
         return _get_errno()
     return 0
@@ -114,7 +118,7 @@ def detach(tid: int, sig: int = 0) -> int:
 
 
 def getregs(tid: int, regs: user_regs_struct) -> int:
-    return ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
+    return ptrace(PTRACE_GETREGS, tid, 0, ctypes.byref(regs))
 
 
 class Waiter:
@@ -149,14 +153,12 @@ class StackReader:
     The two iovecs are flat u64 pairs: setting a u64 array item costs ~60 ns, a ctypes struct field ~300 ns.
     """
 
-    __slots__ = ("_pid", "_local", "_remote", "_local_ptr", "_remote_ptr")
+    __slots__ = ("_pid", "_local", "_remote")
 
     def __init__(self, pid: int) -> None:
         self._pid = pid
-        self._local = (ctypes.c_uint64 * 2)()
+        self._local = (ctypes.c_uint64 * 2)()  #: struct iovec {void *iov_base; size_t iov_len;}
         self._remote = (ctypes.c_uint64 * 2)()
-        self._local_ptr = ctypes.cast(self._local, ctypes.POINTER(iovec))
-        self._remote_ptr = ctypes.cast(self._remote, ctypes.POINTER(iovec))
 
     def read_into(self, buffer_address: int, addr: int, size: int) -> int:
         """Copy ``size`` bytes at target ``addr`` to ``buffer_address``; return bytes read or -errno."""
@@ -164,7 +166,7 @@ class StackReader:
         local[0] = buffer_address
         local[1] = remote[1] = size
         remote[0] = addr
-        n = _process_vm_readv(self._pid, self._local_ptr, 1, self._remote_ptr, 1, 0)
+        n = _process_vm_readv(self._pid, self._local, 1, self._remote, 1, 0)
         return n if n >= 0 else -_get_errno()
 
 

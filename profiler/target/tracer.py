@@ -270,9 +270,9 @@ class Tracer:
     ) -> Capture:
         """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only."""
         regs = slot.regs
-        if raw_ptrace(PTRACE_GETREGS, record.tid, 0, slot.regs_address) == FAILED:
+        if raw_ptrace(PTRACE_GETREGS, record.tid, 0, slot.regs_ref) == FAILED:
             # killed (SIGKILL) since it reported its stop: the slot holds an earlier thread's registers
-            ctypes.memset(slot.regs_address, 0, ctypes.sizeof(regs))
+            ctypes.memset(ctypes.addressof(regs), 0, ctypes.sizeof(regs))
             return Capture(record, slot, 0, -ctypes.get_errno(), False)
         rsp = regs.rsp
         n = 0

@@ -70,14 +70,13 @@ class FakeTarget:
 
     def readv(self, pid, local, nlocal, remote, nremote, flags) -> int:
         self.syscalls += 1
-        dest = local._obj if hasattr(local, "_obj") else local[0]
-        remotes = [remote._obj] if hasattr(remote, "_obj") else [remote[i] for i in range(nremote)]
+        dest_base = _iovecs(local, 1)[0][0]
         done = 0
-        for iov in remotes:
-            data = self.read(iov.iov_base, iov.iov_len)
-            if len(data) != iov.iov_len:
+        for base, size in _iovecs(remote, nremote):
+            data = self.read(base, size)
+            if len(data) != size:
                 break
-            ctypes.memmove(dest.iov_base + done, data, len(data))
+            ctypes.memmove(dest_base + done, data, len(data))
             done += len(data)
         return done if done else -1
 
@@ -651,3 +650,11 @@ def test_a_plan_that_missed_keeps_its_old_ranges(target):
     for i in range(300):  # a new innermost frame every time: the plan keeps a bounded tail of them
         take(target.frame(target.code(f"f{i}", 10), outer))
     assert len(slot.used[1]) <= 2 * (2 + KEEP_MIN)
+
+
+def _iovecs(arg: object, count: int) -> list[tuple[int, int]]:
+    """(base, length) of the ``count`` iovecs a process_vm_readv argument holds, in each form the agent
+    passes them: ``byref`` of an ``iovec``, or an array of u64 pairs."""
+    if hasattr(arg, "_obj"):
+        return [(arg._obj.iov_base, arg._obj.iov_len)]
+    return [(arg[2 * i], arg[2 * i + 1]) for i in range(count)]

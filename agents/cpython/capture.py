@@ -180,8 +180,8 @@ class ChainCopier:
 
     def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
         """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and
-        noting each distinct code pointer in ``out.code_headers`` (-1 for now; a shim's -2). The loop is
-        every stop's largest Python cost, so it does nothing that can wait until after resume."""
+        noting each distinct code pointer in ``out.code_headers`` (-1 for now; a shim's -2). In ``capture`` the
+        loop runs with the thread stopped, so it does nothing that can wait until after resume."""
         addrs, values, headers = out.addrs, out.values, out.code_headers
         append_addr, append_values = addrs.append, values.append
         seen: set[int] = set()
@@ -189,7 +189,7 @@ class ChainCopier:
         unpack = self.frame_unpack.unpack_from
         view, size, mask = reader.view, self.frame_size, self.ref_mask
         i_prev, i_code, i_owner, shims = self.i_prev, self.i_code, self.i_owner, self.shim_owners
-        where, find, done = reader.plan.where, reader.plan.find, reader.done
+        get = reader.get
         for _ in range(MAX_FRAMES):
             if not frame:
                 return CaptureStatus.OK
@@ -198,15 +198,9 @@ class ChainCopier:
             if frame in seen:
                 return CaptureStatus.TRUNCATED_LOOP
             add_seen(frame)
-            hit = where.get(frame)
-            if hit is not None and hit[2] < done and hit[1] >= size:
-                off = hit[0]
-            else:
-                off = find(frame, size, done)
-                if off < 0:
-                    off = reader.read_one(frame, size)
-                    if off < 0:
-                        return CaptureStatus.TRUNCATED_UNREADABLE
+            off = get(frame, size)
+            if off < 0:
+                return CaptureStatus.TRUNCATED_UNREADABLE
             v = unpack(view, off)
             append_addr(frame)
             append_values(v)
@@ -236,16 +230,13 @@ class ChainCopier:
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
         in it (-1: unreadable; -2: a shim's code, never read)."""
-        csize, where, find, done = self.code_size, reader.plan.where, reader.plan.find, reader.done
+        csize, find, done = self.code_size, reader.plan.find, reader.done
         headers = out.code_headers
         missing: list[int] = []
         for code, off in headers.items():
             if off == -2 or code & 7 or not 4096 <= code < USER_LIMIT:
                 continue
-            hit = where.get(code)
-            if hit is not None and hit[2] < done and hit[1] >= csize:
-                headers[code] = hit[0]
-            elif (off := find(code, csize, done)) >= 0:
+            if (off := find(code, csize, done)) >= 0:
                 headers[code] = off
             else:
                 missing.append(code)

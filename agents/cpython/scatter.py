@@ -89,9 +89,13 @@ class ReadPlan:
         return bisect.bisect_right(self.ends, n) if n > 0 else 0
 
     def find(self, addr: int, size: int, done: int) -> int:
-        """Buffer offset of ``size`` bytes at ``addr`` inside any range copied completely (iovec index below
-        ``done``), though ``addr`` itself was not planned: a frame the chain gained inside a range that
-        covers more than the frames it was built from. -1 if none holds them."""
+        """Buffer offset of ``size`` bytes at ``addr`` inside the ranges copied completely (iovec index below
+        ``done``); -1 if none holds them. A planned address is found by its entry in ``where``; any other
+        inside a range, which covers a frame the chain gained where a range spans more than the frames it
+        was built from (coalesced neighbours, the rest of the newest frame's page)."""
+        hit = self.where.get(addr)
+        if hit is not None and hit[1] >= size and hit[2] < done:
+            return hit[0]
         i = bisect.bisect_right(self._starts, addr) - 1
         if i < 0:
             return -1
@@ -207,11 +211,7 @@ class Snapshot:
 
 
 class ScatterReader:
-    """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs.
-
-    The walk may also look the plan up itself (``plan.where``, ``done``) and call ``read_one`` only on a
-    miss: in its loop that saves a method call per frame, which is most of a warm frame's cost.
-    """
+    """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs."""
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
                  "_own_view", "_whole", "_local", "_remote", "_batch")
@@ -276,9 +276,6 @@ class ScatterReader:
 
     def get(self, addr: int, size: int) -> int:
         """Buffer offset of ``size`` bytes copied from ``addr`` during this stop, or -1 if unreadable."""
-        hit = self.plan.where.get(addr)
-        if hit is not None and hit[1] >= size and hit[2] < self.done:
-            return hit[0]
         off = self.plan.find(addr, size, self.done)
         return off if off >= 0 else self.read_one(addr, size)
 

@@ -158,10 +158,6 @@ class Sampler:
                     self.session.count("children_not_followed")
                     self._notice(f"not following child {child}: {e.message}")
 
-    @property
-    def alive(self) -> bool:
-        return bool(self.tracer.live_pids)  # every process the tracer has is a target
-
     # --- the loop ---------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Tick]:

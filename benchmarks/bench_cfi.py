@@ -169,7 +169,7 @@ def capture_snapshots(argv: list[str], samples: int) -> tuple[list[Snapshot], Na
         tracer.add_process(process)
         space = AddressSpace(process, ObjectFileCache(TableCache("cfi", enabled=False)))
         while len(snaps) < samples:
-            for c in tracer.capture(tracer.sync_threads(proc.pid)):
+            for c in tracer.capture(tracer.seized.sync(proc.pid)):
                 g = c.slot.regs
                 regs = [g.rax, g.rdx, g.rcx, g.rbx, g.rsi, g.rdi, g.rbp, g.rsp,
                         g.r8, g.r9, g.r10, g.r11, g.r12, g.r13, g.r14, g.r15, g.rip]  # fmt: skip

@@ -80,7 +80,7 @@ def _measure(proc: subprocess.Popen, tracer: Tracer, ticks: int) -> dict[str, fl
     again = snapshots = depth = 0
     for tick in range(ticks):
         hook = snap if tick % 2 else full
-        for capture in tracer.capture(tracer.sync_threads(proc.pid), copy_stack=False, agent_capture=hook):
+        for capture in tracer.capture(tracer.seized.sync(proc.pid), copy_stack=False, agent_capture=hook):
             data = capture.agent_data
             if hook is snap:
                 snapshots += 1

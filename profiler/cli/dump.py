@@ -69,7 +69,7 @@ def snapshot(
     locals_of = getattr(agent, "locals", None) if with_locals else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
-        records = sampler.tracer.sync_threads(pid)
+        records = sampler.tracer.seized.sync(pid)
         states = {r.tid: r.proc.state() or "?" for r in records}
         with sampler.tracer.hold(records, copy_stack=native, agent_capture=sampler.agent_capture) as captures:
             if locals_of is not None:

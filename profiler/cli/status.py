@@ -54,7 +54,7 @@ class StatusLine:
         s = self.sampler
         session = s.session
         elapsed = max(tick.time, 1e-9)
-        threads = sum(1 for t in s.tracer.threads.values() if not t.gone)
+        threads = sum(1 for t in s.tracer.seized.records.values() if not t.gone)
         text = (
             f"nprof: {elapsed:6.1f}s  {session.total_samples:,} samples  {s.ticks / elapsed:6.1f} Hz  "
             f"{threads} thread{'s' if threads != 1 else ''}  {error_count(session, s)} errors"

@@ -141,7 +141,7 @@ class Sampler:
     def _follow_children(self) -> None:
         """Attach children that appeared, and re-map processes that exec'd (--subprocesses)."""
         for pid, target in list(self.targets.items()):
-            if not self.tracer.process_alive(pid):
+            if not self.tracer.seized.process_alive(pid):
                 continue
             if self.children.exec_happened(pid):
                 # same pid, new program: its modules and runtime are all different now
@@ -150,7 +150,7 @@ class Sampler:
                 self.targets[pid] = self._make_target(target.process, fresh=True)
             if not self.config.subprocesses:
                 continue
-            tids = [r.tid for r in self.tracer.threads.values() if r.pid == pid]
+            tids = [r.tid for r in self.tracer.seized.records.values() if r.pid == pid]
             for child in children_of(pid, tids) - self.targets.keys():
                 try:
                     self.add_process(child, fresh=True)
@@ -170,11 +170,12 @@ class Sampler:
         due = self.timer.next_due = time.monotonic()
         self.end_reason = EndReason.STOPPED
         tracer, timer = self.tracer, self.timer
+        live = tracer.seized.live_pids  # kept up to date in place
         while True:
             if end is not None and due >= end:
                 self.end_reason = EndReason.DURATION
                 break
-            if not tracer.pump(due, should_stop) or not tracer.live_pids:  # pump: also until should_stop
+            if not tracer.pump(due, should_stop) or not live:  # pump: also until should_stop
                 self.end_reason = EndReason.EXITED
                 break
             if should_stop():
@@ -191,7 +192,7 @@ class Sampler:
         if now >= self._next_sync:
             self._housekeeping(now)
         tracer = self.tracer
-        live = tracer.live_pids
+        live = tracer.seized.live_pids
         due: list[ThreadRecord] = []
         reused = 0
         reuse = self.idle.reuse
@@ -202,7 +203,7 @@ class Sampler:
                 self._guard_agent(target.refresh, "agent_refresh_errors")
             records = target.records
             if records is None:  # a process added since the last look
-                records = target.records = tracer.sync_threads(pid)
+                records = target.records = tracer.seized.sync(pid)
             for record in records:
                 if record.gone:
                     continue
@@ -238,8 +239,8 @@ class Sampler:
             self._follow_children()
             self._retry_detection()
         for pid, target in self.targets.items():
-            if self.tracer.process_alive(pid):
-                target.records = self.tracer.sync_threads(pid)
+            if self.tracer.seized.process_alive(pid):
+                target.records = self.tracer.seized.sync(pid)
 
     def _record_all(self, captures: list[Capture], settle: bool) -> list[ThreadRecord]:
         """Record a tick's captures (every thread runs again); with ``settle``, first let the agents settle
@@ -342,7 +343,7 @@ class Sampler:
     def close(self) -> None:
         """Detach from everything, record exit statuses, thread names and counters."""
         for target in self.targets.values():
-            for record in self.tracer.sync_threads(target.process.pid):
+            for record in self.tracer.seized.sync(target.process.pid):
                 state = self.threads.get(record.key)
                 if state is not None:
                     name = self._thread_name(target, record, state)
@@ -351,7 +352,7 @@ class Sampler:
         if stuck:
             self.session.count("threads_not_detached", len(stuck))
         meta = self.session.meta
-        for pid, status in self.tracer.exit_status.items():
+        for pid, status in self.tracer.seized.exit_status.items():
             meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
         stats = self.tracer.stats
         for name in ("late_stops", "late_captures", "signals_forwarded", "group_stops", "threads_seen",

@@ -1,10 +1,8 @@
-"""Seized threads, and the capture of one tick: interrupt every due thread, then copy and resume each one
-the moment it reports its stop (DESIGN.md section 2, rule 1).
+"""The capture of one tick: interrupt every due thread, then copy and resume each one the moment it reports
+its stop (DESIGN.md section 2, rule 1). Which threads are seized is ``threads.py``'s.
 
 Safety rules this module owns (DESIGN.md section 5):
 
-* Threads are attached with PTRACE_SEIZE and no EXITKILL, so if nprof dies the kernel detaches them and the
-  target runs on.
 * Every stop nprof sees is answered at once, also between ticks: ``pump`` blocks in ``waitpid`` rather than
   sleeping, so a signal delivered to the target (a signal-delivery-stop) is passed on within microseconds.
 * A group-stop (the target was sent SIGSTOP) is answered with PTRACE_LISTEN, so job control still holds.
@@ -25,7 +23,6 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
 from profiler.target.ptrace import (
     FAILED,
@@ -37,24 +34,20 @@ from profiler.target.ptrace import (
 )
 from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
 from profiler.target.events import EventWait, open_event_wait
-from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.priority import FifoPriority
-from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
 from profiler.target.process import TargetProcess
+from profiler.target.threads import ThreadTable
+
 
 class Tracer:
-    """Owns every thread nprof has seized, across one or more processes."""
+    """Seizes processes (their threads are in ``seized``), captures ticks, and answers every tracee event,
+    across one or more processes."""
 
     def __init__(self, stack_bytes: int = 64 * 1024, stop_deadline: float = 0.25) -> None:
         self.stack_bytes = stack_bytes
         self.stop_deadline = stop_deadline
-        self.processes: dict[int, TargetProcess] = {}
-        self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
-        self.threads: dict[int, ThreadRecord] = {}
-        #: pid -> its threads not gone, for each process with such a thread and a leader that has not
-        #: exited (the sampler asks which processes are alive every tick)
-        self.live_pids: dict[int, int] = {}
         self.stats = TracerStats()
+        self.seized = ThreadTable(self.stats)  #: every thread seized, by process (``threads.py``)
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
         self._events: EventWait | None = None
         self._slots: list[Slot] = []
@@ -69,73 +62,18 @@ class Tracer:
     # --- attach / threads -------------------------------------------------------------------------------
 
     def add_process(self, process: TargetProcess) -> None:
-        """Seize every thread of ``process``. Raises PermissionDenied with a diagnosis if refused."""
+        """Seize every thread of ``process`` (``threads.py``). Raises PermissionDenied with a diagnosis if
+        refused."""
         if self._events is None:
             self._events = open_event_wait()
-        tids = list_threads(process.pid)
-        if not tids:
-            raise NoSuchProcess(process.pid)
-        err = pt.seize(process.pid)
-        if err and not process.alive():
-            # ptrace refuses (EPERM) a process that is already exiting
-            raise TargetError(f"Process {process.pid} ({process.comm}) exited while nprof was attaching.")
-        if err == errno.EPERM:
-            raise diagnose_attach_failure(process.pid, err)
-        if err == errno.ESRCH:
-            raise NoSuchProcess(process.pid)
-        if err:
-            raise PermissionDenied(f"PTRACE_SEIZE of process {process.pid} failed: {os.strerror(err)}.")
-        self.processes[process.pid] = process
+        self.seized.add_process(process)
         self._stack_readers[process.pid] = pt.StackReader(process.pid)
-        self._track(process.pid, process.pid, seized=True)
-        self.sync_threads(process.pid)
-
-    def sync_threads(self, pid: int) -> list[ThreadRecord]:
-        """Seize threads that appeared since the last call; return the live records of ``pid``."""
-        live = []
-        for tid in list_threads(pid):
-            record = self.threads.get(tid)
-            if record is None:
-                record = self._track(pid, tid, seized=False)
-            if record is not None and not record.gone:
-                live.append(record)
-        return live
-
-    def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
-        if not seized and pt.seize(tid) != 0:
-            return None  # exited already (ESRCH), or a thread we may not trace
-        start = thread_start_time(pid, tid)
-        try:
-            proc = ThreadProc(pid, tid)
-        except OSError:
-            start = None
-        if start is None:
-            return None  # seized but already gone: its exit is reaped like any other event
-        record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
-        self.threads[tid] = record
-        if pid not in self.exit_status:
-            self.live_pids[pid] = self.live_pids.get(pid, 0) + 1
-        self.stats.threads_seen += 1
-        return record
 
     def _drop(self, record: ThreadRecord) -> None:
-        if not record.gone:
-            record.gone = True
-            record.proc.close()
-            self.stats.threads_exited += 1
-            live = self.live_pids.pop(record.pid, 0) - 1  # absent: the process is counted dead already
-            if live > 0:
-                self.live_pids[record.pid] = live
-        self.threads.pop(record.tid, None)
+        """Forget a thread that exited, and any stop of it nprof was holding or still expecting."""
+        self.seized.drop(record)
         self._held.pop(record.tid, None)
         self._late.pop(record.tid, None)
-
-    def process_alive(self, pid: int) -> bool:
-        return pid in self.live_pids
-
-    def _leader_exited(self, pid: int, status: int) -> None:
-        self.exit_status[pid] = status
-        self.live_pids.pop(pid, None)
 
     # --- the capture of one tick (the hot loop) ---------------------------------------------------------
 
@@ -297,10 +235,10 @@ class Tracer:
 
     def _handle_event(self, tid: int, status: int) -> None:
         """Answer a wait status that is not a capture: exits, signals, group-stops, late interrupts."""
-        record = self.threads.get(tid)
+        record = self.seized.records.get(tid)
         if (status & 0xFF) != 0x7F:  # exited or killed
-            if tid in self.processes:
-                self._leader_exited(tid, status)
+            if tid in self.seized.processes:
+                self.seized.leader_exited(tid, status)
             if record is not None:
                 self._drop(record)
             return
@@ -370,7 +308,7 @@ class Tracer:
             self._handle_event(tid, status)
 
     def _forget_all(self) -> None:
-        for record in list(self.threads.values()):
+        for record in list(self.seized.records.values()):
             self._drop(record)
 
     # --- the guard and detaching --------------------------------------------------------------------------
@@ -385,7 +323,7 @@ class Tracer:
         detaches those when nprof exits (no EXITKILL), and their pending interrupt is cleared then."""
         self._release_held()
         waiting: dict[int, ThreadRecord] = {}
-        for record in list(self.threads.values()):
+        for record in list(self.seized.records.values()):
             if record.interrupt_pending or pt.interrupt(record.tid) == 0:
                 record.interrupt_pending = True
                 waiting[record.tid] = record
@@ -408,8 +346,8 @@ class Tracer:
                     self._handle_event(tid, status)
                     continue
                 if (status & 0xFF) != 0x7F:
-                    if tid in self.processes:
-                        self._leader_exited(tid, status)
+                    if tid in self.seized.processes:
+                        self.seized.leader_exited(tid, status)
                     self._drop(record)
                     continue
                 sig, event = pt.decode_stop(status)
@@ -420,9 +358,8 @@ class Tracer:
                 self._drop(record)
         finally:
             self._close_events()
-        for pid in list(self.processes):
-            self._stack_readers.pop(pid, None)
-        self.processes.clear()
+        self._stack_readers.clear()
+        self.seized.processes.clear()
         return list(waiting)
 
     # --- the wait that bounds every blocking wait ------------------------------------------------------

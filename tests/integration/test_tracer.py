@@ -16,7 +16,7 @@ def test_hold_stops_every_thread_and_always_resumes(threads_fp):
         tracer = Tracer(stack_bytes=16384)
         try:
             tracer.add_process(TargetProcess(target.pid))
-            records = tracer.sync_threads(target.pid)
+            records = tracer.seized.sync(target.pid)
             assert len(records) == 4
             with pytest.raises(RuntimeError):
                 with tracer.hold(records) as captures:
@@ -41,7 +41,7 @@ def test_capture_of_an_exited_thread_is_not_an_error(churn_fp):
             deadline = time.monotonic() + 10
             # threads exit between listing and interrupting them, all the time: capture until some did
             while tracer.stats.threads_exited < 8 and time.monotonic() < deadline:
-                tracer.capture(tracer.sync_threads(target.pid))
+                tracer.capture(tracer.seized.sync(target.pid))
                 tracer.answer_events()
             assert tracer.stats.threads_exited >= 8
         finally:

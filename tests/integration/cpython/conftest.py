@@ -33,7 +33,7 @@ class Attached:
     def tick(self) -> list[tuple[Capture, StackCapture | None]]:
         """One capture of every thread: (tracer capture, agent capture) pairs."""
         session = self.session
-        due = self.tracer.sync_threads(self.proc.pid)
+        due = self.tracer.seized.sync(self.proc.pid)
         captures = self.tracer.capture(
             due, copy_stack=False, agent_capture=lambda record, regs: session.capture(record.tid, regs)
         )

@@ -1,0 +1,100 @@
+"""The threads nprof has seized, by process: seized as they appear, forgotten as they exit.
+
+A process is seized thread by thread (ptrace works on threads): its leader when it is added, every other
+thread when ``sync`` finds it in ``/proc/PID/task``. No thread is seized with PTRACE_O_EXITKILL, so if nprof
+dies the kernel detaches them all and the target runs on (DESIGN.md section 5).
+
+Which processes are still alive is kept up to date here as threads come and go (``live_pids``), because the
+sampler asks on every tick.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
+from profiler.target import ptrace as pt
+from profiler.target.capture import ThreadRecord, TracerStats
+from profiler.target.permissions import diagnose_attach_failure
+from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
+from profiler.target.process import TargetProcess
+
+
+class ThreadTable:
+    """Every thread nprof has seized and not yet seen exit, and the liveness of their processes."""
+
+    def __init__(self, stats: TracerStats) -> None:
+        self.stats = stats
+        self.processes: dict[int, TargetProcess] = {}
+        self.records: dict[int, ThreadRecord] = {}  #: tid -> the thread's record
+        #: pid -> its threads not gone, for each process with such a thread and a leader that has not
+        #: exited (the sampler asks which processes are alive every tick)
+        self.live_pids: dict[int, int] = {}
+        self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
+
+    def add_process(self, process: TargetProcess) -> None:
+        """Seize the leader of ``process``, then every other thread. Raises PermissionDenied with a
+        diagnosis if refused, NoSuchProcess or TargetError if the process is gone or going."""
+        if not list_threads(process.pid):
+            raise NoSuchProcess(process.pid)
+        err = pt.seize(process.pid)
+        if err and not process.alive():
+            # ptrace refuses (EPERM) a process that is already exiting
+            raise TargetError(f"Process {process.pid} ({process.comm}) exited while nprof was attaching.")
+        if err == errno.EPERM:
+            raise diagnose_attach_failure(process.pid, err)
+        if err == errno.ESRCH:
+            raise NoSuchProcess(process.pid)
+        if err:
+            raise PermissionDenied(f"PTRACE_SEIZE of process {process.pid} failed: {os.strerror(err)}.")
+        self.processes[process.pid] = process
+        self._track(process.pid, process.pid, seized=True)
+        self.sync(process.pid)
+
+    def sync(self, pid: int) -> list[ThreadRecord]:
+        """Seize the threads of ``pid`` that appeared since the last call; return its live records."""
+        live = []
+        for tid in list_threads(pid):
+            record = self.records.get(tid)
+            if record is None:
+                record = self._track(pid, tid, seized=False)
+            if record is not None and not record.gone:
+                live.append(record)
+        return live
+
+    def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
+        if not seized and pt.seize(tid) != 0:
+            return None  # exited already (ESRCH), or a thread we may not trace
+        start = thread_start_time(pid, tid)
+        try:
+            proc = ThreadProc(pid, tid)
+        except OSError:
+            start = None
+        if start is None:
+            return None  # seized but already gone: its exit is reaped like any other event
+        record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
+        self.records[tid] = record
+        if pid not in self.exit_status:
+            self.live_pids[pid] = self.live_pids.get(pid, 0) + 1
+        self.stats.threads_seen += 1
+        return record
+
+    def drop(self, record: ThreadRecord) -> None:
+        """Forget a thread that exited (or was detached); its process is dead once its last thread is."""
+        if not record.gone:
+            record.gone = True
+            record.proc.close()
+            self.stats.threads_exited += 1
+            live = self.live_pids.pop(record.pid, 0) - 1  # absent: the process is counted dead already
+            if live > 0:
+                self.live_pids[record.pid] = live
+        self.records.pop(record.tid, None)
+
+    def process_alive(self, pid: int) -> bool:
+        return pid in self.live_pids
+
+    def leader_exited(self, pid: int, status: int) -> None:
+        """The process is dead once its leader has exited, whatever threads are still being reaped."""
+        self.exit_status[pid] = status
+        self.live_pids.pop(pid, None)

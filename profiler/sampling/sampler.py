@@ -1,7 +1,8 @@
 """The sampling loop: an iterator of ticks. Each tick decides which threads to stop, lets the tracer copy
 them, and only then (with every thread running again) has ``stacks.py`` unwind, merge and count the copies.
 
-Which threads a tick stops, and which it counts without a stop, is ``idle.py``'s decision.
+Which threads a tick stops, and which it counts without a stop, is ``idle.py``'s decision; every call into
+a runtime agent goes through ``agent_calls.py``, which keeps an agent's bug from reaching the loop.
 """
 
 from __future__ import annotations
@@ -15,17 +16,17 @@ from dataclasses import dataclass
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.errors import NprofError
-from profiler.runtime import RECAPTURE, Agent
+from profiler.runtime import Agent
+from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.session import Session
 from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.timer import Timer
-from profiler.target import ptrace as pt
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import read_cmdline, read_comm
-from profiler.target.capture import AgentCapture, Capture, ThreadRecord
+from profiler.target.capture import Capture, ThreadRecord
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -84,8 +85,9 @@ class Sampler:
         self._fifo_auto = config.capture_priority is CapturePriority.AUTO
         self.stacks = StackRecorder(session, config)
         self.idle = IdleCheck(session, config.interrupt_sleeping)
-        self.agent_capture = self._agent_hook(snapshot=False)  #: also ``nprof dump``'s, for its held stops
-        self.agent_snapshot = self._agent_hook(snapshot=True)  #: a tick's first stops
+        self.agent_calls = AgentCalls(session, self.targets)
+        self.agent_capture = self.agent_calls.stop_hook(snapshot=False)  #: also ``nprof dump``'s held stops
+        self.agent_snapshot = self.agent_calls.stop_hook(snapshot=True)  #: a tick's first stops
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
         self._window = max(MIN_WINDOW, min(config.stop_deadline, 0.5 * self.timer.period))
 
@@ -200,7 +202,7 @@ class Sampler:
             if pid not in live:
                 continue
             if target.refresh is not None:
-                self._guard_agent(target.refresh, "agent_refresh_errors")
+                self.agent_calls.between_ticks(target.refresh, "agent_refresh_errors")
             records = target.records
             if records is None:  # a process added since the last look
                 records = target.records = tracer.seized.sync(pid)
@@ -248,7 +250,7 @@ class Sampler:
         again: list[ThreadRecord] = []
         last = len(captures) - 1
         for i, capture in enumerate(captures):
-            if settle and not self._settle(capture):
+            if settle and not self.agent_calls.settle(capture):
                 again.append(capture.thread)
             else:
                 self.record(capture)
@@ -263,54 +265,10 @@ class Sampler:
             state = record.user = self.threads[record.key] = ThreadState(index)
         return state
 
-    def _agent_hook(self, snapshot: bool) -> AgentCapture:
-        """The tracer's hook while a thread is stopped: the agent of its process copies what it needs, with
-        its ``snapshot`` (the least copy, walked after resume by ``settle``) where it has one and ``snapshot``
-        is asked for, else its full ``capture``. Made once per kind, so a stop pays one Python call here."""
-
-        def hook(record: ThreadRecord, regs: pt.user_regs_struct) -> object:
-            target = self.targets.get(record.pid)
-            if target is None or target.agent is None:
-                return None
-            try:
-                if snapshot and target.snapshot is not None:
-                    data = target.snapshot(record.tid, regs)
-                    if data is not None:
-                        return data
-                return target.agent.capture(record.tid, regs)
-            except Exception:  # an agent bug must not leave the thread stopped or end the recording
-                self.session.count("agent_capture_errors")
-                return None
-
-        return hook
-
-    def _settle(self, capture: Capture) -> bool:
-        """After resume: the agent's capture from its snapshot. False: the snapshot fell short, and the
-        thread must be captured again (the first capture is dropped whole, native stack included)."""
-        settle = self.targets[capture.thread.pid].settle
-        if settle is None or capture.agent_data is None:
-            return True
-        try:
-            data = settle(capture.agent_data)
-        except Exception:
-            self.session.count("agent_settle_errors")
-            data = None  # recorded with native frames only
-        if data is RECAPTURE:
-            return False
-        capture.agent_data = data
-        return True
-
     def record(self, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""
         record = capture.thread
         self.stacks.record(self.targets[record.pid], self._state(record), capture)
-
-    def _guard_agent(self, fn: Callable[[], object], counter: str) -> None:
-        """Run an agent's between-ticks hook; a bug in it is counted, and must not end the recording."""
-        try:
-            fn()
-        except Exception:
-            self.session.count(counter)
 
     # --- the end ----------------------------------------------------------------------------------------
 
@@ -329,13 +287,7 @@ class Sampler:
     def _thread_name(self, target: Target, record: ThreadRecord, state: ThreadState) -> str:
         """The kernel's name (comm), with the runtime's name for the thread where it has one."""
         comm = read_comm(record.pid, record.tid) or record.name
-        runtime_name = None
-        thread_name = getattr(target.agent, "thread_name", None)
-        if thread_name is not None:
-            try:
-                runtime_name = thread_name(record.tid, state.fs_base)
-            except Exception:
-                self.session.count("agent_name_errors")
+        runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base)
         if runtime_name and runtime_name != comm:
             return f"{runtime_name} ({comm})"
         return comm

@@ -94,7 +94,7 @@ def test_snapshots_that_fall_short_are_captured_again_not_recorded():
     counted and its sample keeps its native frames."""
     s = sampler()
     agent = SettlingTarget({10: "stack of 10", 11: RECAPTURE, 12: RuntimeError("agent bug")})
-    s.targets = {1: agent}  # type: ignore[dict-item]
+    s.targets[1] = agent  # type: ignore[assignment]
     recorded: list[tuple[int, object]] = []
     s.record = lambda c: recorded.append((c.thread.tid, c.agent_data))  # type: ignore[method-assign]
     s.tracer.answer_events = lambda: None  # type: ignore[method-assign]

@@ -114,10 +114,12 @@ def run_once(python: str, mode: str, profiler: list[str] | None, pin: tuple[str,
                 time.sleep(0.005)  # polls the target's state, not a synchronisation by sleeping
             time.sleep(0.3)  # let the profiler finish its start-up before the timed work begins
         before = schedstat(target.pid)
+        cpu_before = process_cpu(prof.pid) if prof is not None else 0.0
         target.stdin.write(b"x")
         target.stdin.flush()
         elapsed = json.loads(target.stdout.readline())["elapsed"]
         after = schedstat(target.pid)
+        cpu_during = process_cpu(prof.pid) - cpu_before if prof is not None else 0.0
         target.wait(timeout=60)
         output, cpu = "", 0.0
         if prof is not None:
@@ -132,8 +134,9 @@ def run_once(python: str, mode: str, profiler: list[str] | None, pin: tuple[str,
             target.wait()
     samples = samples_of(output, profiler)
     run, waiting, off = (b - a for a, b in zip(before, after))
-    return {"elapsed": elapsed, "cpu": cpu, "samples": samples, "captures": captures_of(profiler, samples),
-            "target_run": run, "target_runq": waiting, "target_off_cpu": off}  # fmt: skip
+    return {"elapsed": elapsed, "cpu": cpu, "cpu_during": cpu_during, "samples": samples,
+            "captures": captures_of(profiler, samples), "target_run": run, "target_runq": waiting,
+            "target_off_cpu": off}  # fmt: skip
 
 
 def schedstat(pid: int) -> tuple[float, float, float]:
@@ -145,6 +148,14 @@ def schedstat(pid: int) -> tuple[float, float, float]:
     with open(f"/proc/{pid}/schedstat") as f:
         run_ns, wait_ns, _slices = (int(x) for x in f.read().split())
     return run_ns / 1e9, wait_ns / 1e9, wall - (run_ns + wait_ns) / 1e9
+
+
+def process_cpu(pid: int) -> float:
+    """A process's user + system CPU seconds so far (proc(5) stat fields 14 and 15, in clock ticks): read
+    around the timed work, it is the profiler's cost while sampling, without its start-up and its end."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def captures_of(profiler: list[str] | None, samples: int) -> int:

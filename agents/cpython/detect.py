@@ -56,16 +56,22 @@ class DetectError(Exception):
 
 
 def interpreter_mapping(process: TargetProcess) -> Mapping | None:
-    """The first mapping of libpython3.X, else of the executable if it is a python3.X binary or exports
-    ``_PyRuntime`` (checked by the caller)."""
+    """The executable mapping of the loaded libpython3.X, else of the executable if it is a python3.X
+    binary or exports ``_PyRuntime`` (checked by the caller).
+
+    Only code the process runs counts: a mapping with execute permission. A process can also map a
+    libpython file just to read it, and nprof itself does so for the interpreter it profiles (read-only,
+    MAP_SHARED: ``r--s``). Taken for the interpreter, such a mapping would name the wrong version (and
+    a process that is not Python at all would pass for one) and give the wrong load bias.
+    """
     exe = None
     for m in process.maps.mappings:
-        if not m.file_backed:
+        if not m.file_backed or not m.executable:
             continue
         base = os.path.basename(m.path.removesuffix(" (deleted)"))
         if base.startswith("libpython3.") and _NAME.match(base):
             return m
-        if exe is None and (m.path == process.exe or m.offset == 0 and base == os.path.basename(process.exe)):
+        if exe is None and (m.path == process.exe or base == os.path.basename(process.exe)):
             exe = m
     return exe
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+from agents.cpython.detect import interpreter_mapping
 from profiler.target import ptrace as pt
 from profiler.target.maps import MappingIndex, parse_maps
 from profiler.target.procfs import split_stat
@@ -67,3 +68,38 @@ def test_foreign_architecture_is_named():
     with open("/proc/self/exe", "rb") as f:
         assert foreign_architecture(f.read(20)) is None
     assert foreign_architecture(b"#!/bin/sh\n") is None
+
+
+class MappedProcess:
+    """Stands in for a TargetProcess: only the maps and the executable that ``interpreter_mapping`` reads."""
+
+    def __init__(self, maps: str, exe: str) -> None:
+        self.maps = MappingIndex(parse_maps(maps))
+        self.exe = exe
+
+
+LIBPYTHON_READ_ONLY = "7f2000000000-7f2001000000 r--s 00000000 fe:01 77     /opt/py312/lib/libpython3.12.so.1.0\n"
+LIBPYTHON_LOADED = """\
+7f3000000000-7f3000100000 r--p 00000000 fe:01 66     /opt/py311/lib/libpython3.11.so.1.0
+7f3000100000-7f3000400000 r-xp 00100000 fe:01 66     /opt/py311/lib/libpython3.11.so.1.0
+7f3000400000-7f3000500000 r--p 00400000 fe:01 66     /opt/py311/lib/libpython3.11.so.1.0
+"""
+
+
+def test_the_interpreter_is_the_libpython_that_is_loaded_not_one_mapped_to_be_read():
+    # a libpython mapped only to be read comes first in address order; the loaded one is its executable part
+    process = MappedProcess(MAPS + LIBPYTHON_READ_ONLY + LIBPYTHON_LOADED, "/opt/py311/bin/python3.11")
+    m = interpreter_mapping(process)  # type: ignore[arg-type]
+    assert m is not None and m.path == "/opt/py311/lib/libpython3.11.so.1.0" and m.executable
+
+
+def test_a_native_process_that_maps_libpython_to_read_it_is_judged_by_its_executable():
+    # the executable is the candidate (the caller then finds it exports no _PyRuntime), not the libpython
+    m = interpreter_mapping(MappedProcess(MAPS + LIBPYTHON_READ_ONLY, "/usr/bin/prog"))  # type: ignore[arg-type]
+    assert m is not None and m.path == "/usr/bin/prog"
+
+
+def test_a_static_python_is_found_by_its_executable_mapping():
+    static = MAPS.replace("/usr/bin/prog", "/usr/bin/python3.11")
+    m = interpreter_mapping(MappedProcess(static + LIBPYTHON_READ_ONLY, "/usr/bin/python3.11"))  # type: ignore[arg-type]
+    assert m is not None and m.path == "/usr/bin/python3.11" and m.executable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 
 import pytest
@@ -14,6 +15,12 @@ from tests.support.targets import running_target
 from tests.targets.python.interpreters import PYENV_ROOT, interpreter_params
 
 READY = "import os, sys, time; os.write(int(sys.argv[1]), b'ready\\n'); time.sleep(60)"
+#: maps argv[1] read-only and shared, as nprof maps the ELF files it reads, then says ready on fd argv[2]
+MAPS_A_FILE = (
+    "import mmap, os, sys, time\n"
+    "f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+    "os.write(int(sys.argv[2]), b'ready\\n'); time.sleep(60)\n"
+)
 
 
 @pytest.mark.parametrize("interp", interpreter_params())
@@ -35,6 +42,25 @@ def test_supported_interpreters_are_detected(interp):
         assert not session.is_anchor(NativeFrame(0, 0, start, UnwindMethod.CFI))  # returns to the byte before
         assert not session.is_anchor(NativeFrame(0, 0, 0x1000, UnwindMethod.IP))
         assert session.is_gil_wait(NativeFrame(0, 0, functions.gil_wait.starts[0] + 4, UnwindMethod.IP))
+
+
+@pytest.mark.parametrize("interp", interpreter_params())
+def test_a_libpython_mapped_to_be_read_is_not_the_interpreter(interp):
+    """A Python process that maps another version's libpython only to read it (nprof itself, profiling a
+    target on another interpreter) is still read as the interpreter it runs."""
+    others = sorted(
+        path
+        for path in glob.glob(os.path.join(PYENV_ROOT, "versions", "*", "lib", "libpython3.*.so.1.0"))
+        if f"libpython{interp.version[0]}.{interp.version[1]}." not in path
+    )
+    if not others:
+        pytest.skip(f"no libpython of another version than {interp.label} under {PYENV_ROOT}/versions")
+    with python_running(interp.path, "-c", MAPS_A_FILE, others[0]) as proc:
+        agent = CPythonAgent()
+        session = agent.detect(TargetProcess(proc.pid))
+        assert session is not None, agent.last_reason
+        assert session.interpreter.version == interp.version
+        assert session.threads.complete and len(session.threads.states) == 1
 
 
 @pytest.mark.parametrize(("minor", "reason"), [("2.7", "no _PyRuntime"), ("3.7", "not supported")])

@@ -61,9 +61,11 @@ RECAPTURE = object()
 #:   while the thread is still stopped (``nprof dump --locals``).
 #: * ``counters() -> dict[str, int]``: per-sample failures the agent counted (truncated chains...), added to
 #:   the session's counters at the end of a recording.
+#: * ``notices() -> list[str]``: at the end of a recording, what the user must be told about it (the runtime's
+#:   frames could not be read at all...), one line each.
 OPTIONAL_SESSION_METHODS = (
     "snapshot", "settle", "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name",
-    "locals", "counters",
+    "locals", "counters", "notices",
 )  # fmt: skip
 
 

@@ -43,12 +43,16 @@ RESCAN_MIN_INTERVAL = 0.05
 RESCAN_MAX_INTERVAL = 1.0
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
+#: captures of the main thread without a thread state, and none with one, before the end of a recording
+#: says Python frames were never read: a few are normal while a fresh interpreter starts up
+MAIN_UNMAPPED_NOTICE = 20
 
 
 @dataclass
 class SessionStats:
     captures: int = 0  #: copied and walked in the stop (``capture``)
     unmapped: int = 0  #: captures of a thread with no known Python thread state
+    main_unmapped: int = 0  #: of those, captures of the main thread (which runs the interpreter)
     stale: int = 0  #: the mapped thread state belonged to another thread by the time of the stop
     unreadable: int = 0  #: the thread state could not be read
     truncated: int = 0  #: stacks cut short by a looping, unreadable or garbage chain
@@ -106,6 +110,8 @@ class CPythonSession:
         self._reader = ScatterReader(process.pid)
         self._native_keys = self._copier.native_keys
         self._slots: dict[int, ThreadSlot] = {}
+        self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
+        self._main_mapped = False  #: a capture of the main thread found its thread state
         self.threads = ThreadMap({}, [], [], False)
         self._stale = True
         self._last_scan = -1.0
@@ -167,8 +173,12 @@ class CPythonSession:
         self.stats.captures += 1
         if slot is None:
             self.stats.unmapped += 1
+            if tid == self._main_tid:
+                self.stats.main_unmapped += 1
             self._stale = True
             return None
+        if tid == self._main_tid:
+            self._main_mapped = True
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
         reader = self._reader
@@ -293,6 +303,18 @@ class CPythonSession:
                 if value and name not in ("captures", "decoded", "rescans", "plan_rebuilds"):
                     out[f"{prefix}_{name}"] = value
         return out
+
+    def notices(self) -> list[str]:
+        """What the user must be told at the end: the main thread was stopped again and again and never
+        matched a Python thread state, so (unless it runs no Python at all, as in a program that embeds the
+        interpreter in another thread) every Python frame is missing from the profile."""
+        if self._main_mapped or self.stats.main_unmapped < MAIN_UNMAPPED_NOTICE:
+            return []
+        return [
+            f"{self.interpreter.label}: the main thread matched none of the {len(self.threads.states)} Python "
+            f"thread states in {self.stats.main_unmapped} captures, so its Python frames are missing; if it ran "
+            "Python code, this is a bug in nprof: please report it with `nprof dump --pid PID --json`"
+        ]
 
     def is_anchor(self, frame: NativeFrame) -> bool:
         """``_PyEval_EvalFrameDefault`` (and its split parts) of this interpreter."""

@@ -79,3 +79,14 @@ class AgentCalls:
         except Exception:
             self.session.count("agent_name_errors")
             return None
+
+    def notices(self, target: Target) -> list[str]:
+        """The agent's end-of-recording notices for the user (none if it has no ``notices``)."""
+        notices = getattr(target.agent, "notices", None)
+        if notices is None:
+            return []
+        try:
+            return list(notices())
+        except Exception:
+            self.session.count("agent_notice_errors")
+            return []

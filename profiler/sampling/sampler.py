@@ -323,6 +323,8 @@ class Sampler:
             if counters is not None:
                 for name, value in counters().items():
                     self.session.count(name, value)
+            for message in self.agent_calls.notices(target):
+                self._notice(message)
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
         self._report_unwind_problems()
         if self.timer.late_ticks:

@@ -453,6 +453,7 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._native_keys = session._copier.native_keys
     session._slots = {TID: ThreadSlot(TID, info)}
     session._stale = False
+    session._main_tid, session._main_mapped = TID, False
     return session
 
 

@@ -81,3 +81,27 @@ def test_native_process_is_not_python(chain_fp):
         agent = CPythonAgent()
         assert agent.detect(TargetProcess(target.pid)) is None
         assert "not a CPython" in agent.last_reason
+
+
+@pytest.mark.parametrize("interp", [p for p in interpreter_params() if p.id in ("3.10", "3.12")])
+def test_a_main_thread_that_never_matches_a_thread_state_is_reported(interp):
+    """Captures whose thread has no Python thread state are normal for native threads; for the main thread,
+    all along, they mean every Python frame was lost (as a wrong interpreter mapping once did): the end of
+    the recording says so."""
+    from agents.cpython.session import MAIN_UNMAPPED_NOTICE
+    from tests.integration.cpython.conftest import attached
+
+    with attached(interp, "chain.py") as t:
+        for _ in range(MAIN_UNMAPPED_NOTICE + 5):
+            t.tick()
+        assert t.session.notices() == []  # mapped: nothing to say
+        # what a wrong layout or mapping left: no thread state for any thread (refresh, between ticks,
+        # would map them again; these ticks call none)
+        t.session._slots.clear()
+        t.session._main_mapped = False
+        for _ in range(MAIN_UNMAPPED_NOTICE - 1):
+            t.tick()
+        assert t.session.notices() == []  # a few unmapped captures: a fresh interpreter starting up
+        t.tick()
+        [notice] = t.session.notices()
+        assert "main thread matched none" in notice and interp.label.split("-")[-1] in notice

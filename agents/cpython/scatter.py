@@ -23,10 +23,9 @@ import mmap
 import struct
 
 # python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
-# (iovec arrays and pointers go as their address, counts as C ints). Its binding is reused here rather than
-# declared a second time.
+# (iovec arrays go as their address, counts as C ints). Its binding is reused here rather than declared a
+# second time. Every iovec here is a pair of u64s (iov_base, iov_len): the kernel's struct iovec on x86-64.
 from profiler.target.ptrace import _process_vm_readv as process_vm_readv
-from profiler.target.ptrace import iovec
 
 _U64 = struct.Struct("<Q")
 
@@ -214,7 +213,7 @@ class ScatterReader:
     """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs."""
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_own_view", "_whole", "_local", "_remote", "_batch")
+                 "_own_view", "_local", "_remote", "_batch")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
@@ -229,9 +228,10 @@ class ScatterReader:
         #: read nothing from the target: every range the last ``begin`` (or ``replay``) did not copy is
         #: unreadable, and counted as a miss. For a walk over bytes copied earlier while the thread runs.
         self.frozen = False
-        self._whole = (ctypes.c_uint64 * 2)(self.base, 0)  #: the buffer as one iovec, for a plan's prefetch
-        self._local = iovec(self.base, 0)
-        self._remote = iovec(0, 0)
+        # iovecs as u64 pairs (iov_base, iov_len), as in ReadPlan: the destination in the buffer, one range
+        # of the target, and a batch of ranges (``read_many``)
+        self._local = (ctypes.c_uint64 * 2)(self.base, 0)
+        self._remote = (ctypes.c_uint64 * 2)()
         self._batch = (ctypes.c_uint64 * (2 * IOV_MAX))()
 
     def begin(self, plan: ReadPlan) -> None:
@@ -243,7 +243,8 @@ class ScatterReader:
         self.tail = plan.total
         self.done = 0
         if plan.count:
-            self.done = plan.copy(self.pid, self._whole)
+            self._local[0] = self.base
+            self.done = plan.copy(self.pid, self._local)
             self.syscalls = 1
 
     def replay(self, snapshot: Snapshot) -> None:
@@ -285,12 +286,12 @@ class ScatterReader:
         offset = self.tail
         if offset + size > len(self.buffer) or self.frozen:
             return -1
-        self._local.iov_base = self.base + offset
-        self._local.iov_len = size
-        self._remote.iov_base = addr
-        self._remote.iov_len = size
+        local, remote = self._local, self._remote
+        local[0] = self.base + offset
+        local[1] = remote[1] = size
+        remote[0] = addr
         self.syscalls += 1
-        if process_vm_readv(self.pid, ctypes.byref(self._local), 1, ctypes.byref(self._remote), 1, 0) != size:
+        if process_vm_readv(self.pid, local, 1, remote, 1, 0) != size:
             return -1
         self.tail = offset + size
         return offset
@@ -312,11 +313,11 @@ class ScatterReader:
             for j, i in enumerate(chunk):
                 batch[2 * j] = addrs[i]
                 batch[2 * j + 1] = size
-            self._local.iov_base = self.base + offset
-            self._local.iov_len = size * len(chunk)
+            self._local[0] = self.base + offset
+            self._local[1] = size * len(chunk)
             self.syscalls += 1
             self.misses += len(chunk)
-            n = process_vm_readv(self.pid, ctypes.byref(self._local), 1, self._batch, len(chunk), 0)
+            n = process_vm_readv(self.pid, self._local, 1, batch, len(chunk), 0)
             complete = max(n, 0) // size
             for j, i in enumerate(chunk[:complete]):
                 out[i] = offset + j * size

@@ -654,8 +654,6 @@ def test_a_plan_that_missed_keeps_its_old_ranges(target):
 
 
 def _iovecs(arg: object, count: int) -> list[tuple[int, int]]:
-    """(base, length) of the ``count`` iovecs a process_vm_readv argument holds, in each form the agent
-    passes them: ``byref`` of an ``iovec``, or an array of u64 pairs."""
-    if hasattr(arg, "_obj"):
-        return [(arg._obj.iov_base, arg._obj.iov_len)]
-    return [(arg[2 * i], arg[2 * i + 1]) for i in range(count)]
+    """(base, length) of the ``count`` iovecs a process_vm_readv argument holds: the agent passes arrays of
+    u64 pairs."""
+    return [(arg[2 * i], arg[2 * i + 1]) for i in range(count)]  # type: ignore[index]

@@ -69,6 +69,14 @@ class Tracer:
         self.seized.add_process(process)
         self._stack_readers[process.pid] = pt.StackReader(process.pid)
 
+    def _exited(self, tid: int, status: int) -> None:
+        """A tracee's exit (or death) status: the end of its process if it is a leader, and of the thread."""
+        if tid in self.seized.processes:
+            self.seized.leader_exited(tid, status)
+        record = self.seized.records.get(tid)
+        if record is not None:
+            self._drop(record)
+
     def _drop(self, record: ThreadRecord) -> None:
         """Forget a thread that exited, and any stop of it nprof was holding or still expecting."""
         self.seized.drop(record)
@@ -235,13 +243,10 @@ class Tracer:
 
     def _handle_event(self, tid: int, status: int) -> None:
         """Answer a wait status that is not a capture: exits, signals, group-stops, late interrupts."""
-        record = self.seized.records.get(tid)
         if (status & 0xFF) != 0x7F:  # exited or killed
-            if tid in self.seized.processes:
-                self.seized.leader_exited(tid, status)
-            if record is not None:
-                self._drop(record)
+            self._exited(tid, status)
             return
+        record = self.seized.records.get(tid)
         sig, event = pt.decode_stop(status)
         if event == pt.PTRACE_EVENT_STOP and record is not None and tid in self._late:
             self._capture_late(record, sig)
@@ -346,9 +351,7 @@ class Tracer:
                     self._handle_event(tid, status)
                     continue
                 if (status & 0xFF) != 0x7F:
-                    if tid in self.seized.processes:
-                        self.seized.leader_exited(tid, status)
-                    self._drop(record)
+                    self._exited(tid, status)
                     continue
                 sig, event = pt.decode_stop(status)
                 if event == 0:

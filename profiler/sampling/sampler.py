@@ -78,7 +78,9 @@ class Sampler:
         self.end_reason = EndReason.STOPPED
         self.children = ChildWatcher()
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_housekeeping``)
-        self._any_agent = False  #: some target has a runtime agent: the stops need the agent hooks
+        #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
+        #: their agents change (``_note_agents``), not asked of every target each tick
+        self._any_agent = False
         self._ncpu = _cpu_count()
         #: capture at SCHED_FIFO always, or when the due threads outnumber the CPUs (config.py)
         self._fifo_always = config.capture_priority is CapturePriority.FIFO
@@ -106,13 +108,15 @@ class Sampler:
         self.tracer.add_process(process)
         self.targets[pid] = target
         self.children.remember(pid)
+        self._note_agents()
         return target
+
+    def _note_agents(self) -> None:
+        self._any_agent = any(target.agent is not None for target in self.targets.values())
 
     def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
-        if target.detect(self.agents, self.session.agent_index, fresh):
-            self._any_agent = True
-        elif not target.detection_pending:
+        if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
             self._no_runtime(target)
         self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
@@ -125,9 +129,7 @@ class Sampler:
             if not target.detection_pending:
                 continue
             target.process.refresh_maps()
-            if target.detect(self.agents, self.session.agent_index):
-                self._any_agent = True
-            elif now >= target.detect_until:
+            if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
                 self._no_runtime(target)
 
     def _no_runtime(self, target: Target) -> None:
@@ -240,6 +242,7 @@ class Sampler:
         if self.children.due():
             self._follow_children()
             self._retry_detection()
+            self._note_agents()  # an exec may have replaced a target, a fresh one may have found its runtime
         for pid, target in self.targets.items():
             if self.tracer.seized.process_alive(pid):
                 target.records = self.tracer.seized.sync(pid)

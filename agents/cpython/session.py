@@ -111,7 +111,7 @@ class CPythonSession:
         self._native_keys = self._copier.native_keys
         self._slots: dict[int, ThreadSlot] = {}
         self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
-        self._main_mapped = False  #: a capture of the main thread found its thread state
+        self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
         self.threads = ThreadMap({}, [], [], False)
         self._stale = True
         self._last_scan = -1.0
@@ -177,8 +177,6 @@ class CPythonSession:
                 self.stats.main_unmapped += 1
             self._stale = True
             return None
-        if tid == self._main_tid:
-            self._main_mapped = True
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
         reader = self._reader
@@ -238,6 +236,8 @@ class CPythonSession:
         """Decode a capture: RuntimeFrames innermost first; a cut-short stack is counted in ``stats``."""
         if capture is None:
             return []
+        if capture.tid == self._main_tid:
+            self._main_mapped = True  # noted here, after resume, rather than in the stop
         status = capture.status
         if status.truncated:
             self.stats.truncated += 1

@@ -39,6 +39,7 @@ from benchmarks.bench_capture import build
 from benchmarks.results import RESULTS, write_rows
 from profiler.model import StopReason
 from profiler.sampling.session import Session
+from profiler.target.procfs import read_text, split_stat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_BIN = os.path.join(HERE, ".venv", "bin")
@@ -153,9 +154,8 @@ def schedstat(pid: int) -> tuple[float, float, float]:
 def process_cpu(pid: int) -> float:
     """A process's user + system CPU seconds so far (proc(5) stat fields 14 and 15, in clock ticks): read
     around the timed work, it is the profiler's cost while sampling, without its start-up and its end."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = split_stat(read_text(f"/proc/{pid}/stat") or "")
+    return (int(fields[14]) + int(fields[15])) / os.sysconf("SC_CLK_TCK")
 
 
 def captures_of(profiler: list[str] | None, samples: int) -> int:

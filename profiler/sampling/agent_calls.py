@@ -9,6 +9,7 @@ process that exec'd gets a new Target (and agent) under the same pid.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from profiler.runtime import RECAPTURE
 from profiler.sampling.session import Session
@@ -71,22 +72,24 @@ class AgentCalls:
 
     def thread_name(self, target: Target, tid: int, fs_base: int) -> str | None:
         """The runtime's own name for a thread (CPython: ``threading.Thread.name``), None if it has none."""
-        thread_name = getattr(target.agent, "thread_name", None)
-        if thread_name is None:
-            return None
-        try:
-            return thread_name(tid, fs_base)
-        except Exception:
-            self.session.count("agent_name_errors")
-            return None
+        return self._optional(target, "thread_name", "agent_name_errors", None, tid, fs_base)
+
+    def counters(self, target: Target) -> dict[str, int]:
+        """What the agent counted over the recording (none if it has no ``counters``)."""
+        return dict(self._optional(target, "counters", "agent_counter_errors", {}))
 
     def notices(self, target: Target) -> list[str]:
         """The agent's end-of-recording notices for the user (none if it has no ``notices``)."""
-        notices = getattr(target.agent, "notices", None)
-        if notices is None:
-            return []
+        return list(self._optional(target, "notices", "agent_notice_errors", []))
+
+    def _optional(self, target: Target, method: str, counter: str, default: Any, *args: object) -> Any:
+        """Call one of the agent session's optional methods (runtime.py); ``default`` if it has none, or if
+        it raised (counted under ``counter``)."""
+        fn = getattr(target.agent, method, None)
+        if fn is None:
+            return default
         try:
-            return list(notices())
+            return fn(*args)
         except Exception:
-            self.session.count("agent_notice_errors")
-            return []
+            self.session.count(counter)
+            return default

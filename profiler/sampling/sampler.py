@@ -322,10 +322,8 @@ class Sampler:
         for target in self.targets.values():
             if target.detection_pending:  # still waiting for its runtime: give up
                 self._no_runtime(target)
-            counters = getattr(target.agent, "counters", None)
-            if counters is not None:
-                for name, value in counters().items():
-                    self.session.count(name, value)
+            for name, value in self.agent_calls.counters(target).items():
+                self.session.count(name, value)
             for message in self.agent_calls.notices(target):
                 self._notice(message)
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI

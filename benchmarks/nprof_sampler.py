@@ -16,7 +16,7 @@ import profiler.cli  # noqa: F401  (first, as in the CLI: numpy's threads start 
 from benchmarks import sampler_cli
 from profiler.config import CapturePriority, SamplerConfig
 from profiler.model import SampleClass
-from profiler.target import ptrace as pt
+from profiler.target import syscalls
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.target.capture import Capture
@@ -29,9 +29,7 @@ class CaptureOnlySampler(Sampler):
         state = self._state(capture.thread)
         state.sampled()
         state.last_stack = -1  # "known", so idle threads are reused as in a real recording
-        r = capture.slot.regs
-        blocked = pt.in_blocking_syscall(r.orig_rax, r.rax)
-        state.last_class = SampleClass.BLOCKED if blocked else SampleClass.RUNNING
+        state.last_class = SampleClass.BLOCKED if syscalls.waiting(capture.slot.regs) else SampleClass.RUNNING
         self.session.add_sample(state.index, -1, 0, state.last_class)
 
 

@@ -13,7 +13,7 @@ from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, St
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
-from profiler.target import ptrace as pt
+from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
 from profiler.unwind.stack import StackWindow
 
@@ -43,7 +43,7 @@ class StackRecorder:
         r = capture.slot.regs
         state.sampled()
         state.fs_base = r.fs_base
-        cls = SampleClass.BLOCKED if pt.in_blocking_syscall(r.orig_rax, r.rax) else SampleClass.RUNNING
+        cls = SampleClass.BLOCKED if syscalls.waiting(r) else SampleClass.RUNNING
         self._track_stack_mapping(target, capture.thread, r.rsp)
         native: list[NativeFrame] = []
         stop = StopReason.NO_STACK_COPY

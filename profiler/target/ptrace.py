@@ -48,13 +48,6 @@ WNOHANG = 1
 #: signals whose delivery starts a group-stop (signal(7), "Stop" action)
 STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU})
 
-# The kernel's internal "restart this syscall" codes (include/linux/errno.h). A thread stopped while
-# blocked in an interruptible syscall shows rax = -code and orig_rax = the syscall number.
-ERESTARTSYS = 512
-ERESTART_RESTARTBLOCK = 516
-_RESTART_CODES = frozenset({ERESTARTSYS, 513, 514, ERESTART_RESTARTBLOCK, errno_mod.EINTR})
-
-
 # The calls. The capture loop makes them with a thread stopped, several per stop, so they are bound without
 # ``argtypes``: ctypes then passes a Python int as a C int (libffi's x86-64 call, src/x86/ffi64.c,
 # sign-extends it to the 64-bit register, so 0 arrives as a null pointer; checked here: a bare ``labs(-5)``
@@ -185,13 +178,3 @@ def decode_stop(status: int) -> tuple[int, int]:
 def is_stopped(status: int) -> bool:
     return (status & 0xFF) == 0x7F
 
-
-def in_blocking_syscall(orig_rax: int, rax: int) -> bool:
-    """True when the registers show a syscall that our stop interrupted while it slept.
-
-    orig_rax holds the syscall number (or -1 outside a syscall); rax holds the kernel's -ERESTART* code
-    until the syscall is restarted on resume. A thread that was computing has orig_rax == -1.
-    """
-    if orig_rax < 0 or orig_rax >= 1 << 63:
-        return False
-    return ((-rax) & 0xFFFFFFFFFFFFFFFF) in _RESTART_CODES

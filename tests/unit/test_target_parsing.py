@@ -55,14 +55,6 @@ def test_wait_status_decoding():
     assert not pt.is_stopped(0)  # exited with status 0
 
 
-def test_blocking_syscall_detection():
-    minus = lambda n: (1 << 64) - n  # noqa: E731  registers are unsigned
-    assert pt.in_blocking_syscall(0, minus(pt.ERESTARTSYS))  # read() interrupted
-    assert pt.in_blocking_syscall(35, minus(pt.ERESTART_RESTARTBLOCK))  # nanosleep
-    assert not pt.in_blocking_syscall(minus(1), minus(pt.ERESTARTSYS))  # orig_rax -1: not in a syscall
-    assert not pt.in_blocking_syscall(1, 12)  # write() returned 12
-
-
 def test_foreign_architecture_is_named():
     assert foreign_architecture(i386_pause_binary()[:20]) == "a 32-bit i386 executable"
     with open("/proc/self/exe", "rb") as f:

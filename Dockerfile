@@ -1,6 +1,7 @@
 # The nprof image: nprof plus what it needs to profile processes in its container or, with
-# `--pid host`, on the host. Run it with the capability ptrace needs:
-#   docker run --rm --cap-add SYS_PTRACE --pid host -v "$PWD:/out" nprof record --pid 1234 -o /out/p.speedscope.json
+# `--pid host`, on the host. Run it with the capability ptrace needs, and the one that lets its sampling
+# thread wake at real-time priority (without it, threads sharing its CPU are sampled where they block):
+#   docker run --rm --cap-add SYS_PTRACE --cap-add SYS_NICE --pid host -v "$PWD:/out" nprof record --pid 1234 -o /out/p.speedscope.json
 # The base image is a build argument because image registries may be unreachable where it is built; any
 # Debian bookworm image with Python >= 3.10 works (e.g. python:3.11-slim-bookworm, or a local import).
 ARG BASE_IMAGE=python:3.11-slim-bookworm

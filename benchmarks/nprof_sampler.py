@@ -14,7 +14,7 @@ import time
 
 import profiler.cli  # noqa: F401  (first, as in the CLI: numpy's threads start with SIGCHLD blocked, events.py)
 from benchmarks import sampler_cli
-from profiler.config import CapturePriority, SamplerConfig
+from profiler.config import SamplerConfig, SamplingPriority
 from profiler.model import SampleClass
 from profiler.target import syscalls
 from profiler.sampling.sampler import Sampler
@@ -36,13 +36,13 @@ class CaptureOnlySampler(Sampler):
 def main() -> None:
     p = sampler_cli.parser(__doc__)
     p.add_argument("--capture-only", action="store_true")
-    p.add_argument("--priority", default="auto", choices=[c.value for c in CapturePriority])
+    p.add_argument("--priority", default="auto", choices=[c.value for c in SamplingPriority])
     args = p.parse_args()
     config = SamplerConfig(
         rate=args.rate,
         duration=args.seconds,
         stack_bytes=args.stack_bytes,
-        capture_priority=CapturePriority(args.priority),
+        priority=SamplingPriority(args.priority),
     )
     session = Session(SessionMeta(pid=args.pid, command=[]))
     cls = CaptureOnlySampler if args.capture_only else Sampler

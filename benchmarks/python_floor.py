@@ -5,7 +5,8 @@ how much is nprof's own structure.
 Per tick: pread each thread's schedstat, and its stat unless it has not been on a CPU since its last sample;
 PTRACE_INTERRUPT those that ran (nprof's idle checks, profiler/sampling/sampler.py); as
 each reports its stop: PTRACE_GETREGS, one process_vm_readv of the stack window, PTRACE_CONT; then
-waitpid(WNOHANG) for events. Between ticks, ``--wait sleep`` (the C floor's way) sleeps until the next tick;
+waitpid(WNOHANG) for events. Like the C floor it runs at SCHED_FIFO 10 when permitted. Between ticks,
+``--wait sleep`` (the C floor's way) sleeps until the next tick;
 ``--wait alarm`` blocks in waitpid until the thread-directed alarm nprof uses (profiler/target/alarm.py)
 ends the wait, which is how nprof answers a tracee's events between ticks at once. The same calls as
 nprof's binding layer (profiler/target/ptrace.py). Prints the floor sampler's JSON.
@@ -44,6 +45,10 @@ def main() -> None:
     local, remote = pt.iovec(ctypes.addressof(window), args.stack_bytes), pt.iovec(0, args.stack_bytes)
     local_ref, remote_ref = ctypes.byref(local), ctypes.byref(remote)
     alarm = ThreadAlarm() if args.wait == "alarm" else None
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # as the C floor, once
+    except PermissionError:
+        pass  # normal priority, as nprof falls back
     threads = {}
     for tid in (int(t) for t in os.listdir(f"/proc/{pid}/task")):
         if ptrace(pt.PTRACE_SEIZE, tid, 0, 0) == 0:

@@ -7,17 +7,13 @@ import enum
 from dataclasses import dataclass
 
 
-class CapturePriority(enum.Enum):
-    """Scheduling policy of the sampler while it captures a tick.
+class SamplingPriority(enum.Enum):
+    """Scheduling of the sampling thread from its sleep between ticks to the end of each tick's stops
+    (``target/priority.py`` says why and measures it)."""
 
-    ``../shared/reference/ptrace-costs.md`` section 3: when the target has more runnable threads than CPUs, a
-    sampler at normal priority is preempted mid-resume-loop and the threads not yet resumed stay stopped a
-    whole scheduler tick (p90 3.9 ms). Under SCHED_FIFO the p90 was 118-142 us.
-    """
-
-    NORMAL = "normal"  #: never change the policy
-    FIFO = "fifo"  #: SCHED_FIFO for every capture, when permitted
-    AUTO = "auto"  #: SCHED_FIFO only for ticks that stop more threads than there are CPUs
+    AUTO = "auto"  #: SCHED_FIFO when permitted; otherwise a notice, and normal priority
+    FIFO = "fifo"  #: SCHED_FIFO, and an error when it is not permitted
+    NORMAL = "normal"  #: never change the thread's policy
 
 
 @dataclass(frozen=True)
@@ -28,7 +24,7 @@ class SamplerConfig:
     native: bool = True  #: copy and unwind native stacks
     idle: bool = False  #: keep idle samples in outputs (they are always recorded in the session)
     max_frames: int = 2048  #: depth limit of one native walk
-    capture_priority: CapturePriority = CapturePriority.AUTO
+    priority: SamplingPriority = SamplingPriority.AUTO
     #: a due thread that has not reported its stop this long after the interrupt is counted late; its
     #: stop is still collected and resumed whenever it arrives.
     stop_deadline: float = 0.25

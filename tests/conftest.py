@@ -123,6 +123,11 @@ def sighandler_nofp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def duty_fp(build_dir) -> str:
+    return build_c("duty.c", build_dir, FRAME_POINTERS, name="duty-fp")
+
+
+@pytest.fixture(scope="session")
 def blocked_nofp(build_dir) -> str:
     return build_c("blocked.c", build_dir, NO_FRAME_POINTERS, name="blocked-nofp")
 

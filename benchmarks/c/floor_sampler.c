@@ -6,7 +6,10 @@
  * PTRACE_INTERRUPT every thread that ran, and as each reports its stop
  * (waitpid(-1, __WALL)): PTRACE_GETREGS, one process_vm_readv of the stack window into a preallocated
  * buffer, PTRACE_CONT; then one waitpid(WNOHANG) for events between ticks (exits, signals to pass on, as
- * nprof answers them too). Ticks are paced with nanosleep. Prints JSON: stops ("captures"), ticks, sampler CPU
+ * nprof answers them too). Ticks are paced with nanosleep, at SCHED_FIFO 10 when permitted, as nprof sleeps
+ * (profiler/target/priority.py: a sampler at normal priority on a busy thread's CPU is not run when its
+ * timer fires): one call at the start, where nprof switches twice per tick to keep its work after the stops
+ * at normal priority. Prints JSON: stops ("captures"), ticks, sampler CPU
  * time and wall time of the sampling loop. It ends after SECONDS or when the target exits, whichever comes
  * first, so it can also stand in as the floor of a whole recording (bench_python.py).
  *
@@ -14,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -93,6 +97,8 @@ int main(int argc, char **argv) {
     size_t stack_bytes = strtoul(argv[4], NULL, 10);
     char buf[512];
     seize_new(pid);
+    struct sched_param fifo = {.sched_priority = 10};
+    int realtime = sched_setscheduler(0, SCHED_FIFO, &fifo) == 0; /* else: normal priority, as nprof falls back */
     char *window = malloc(stack_bytes * MAX_THREADS);
     double *held = malloc(sizeof(double) * MAX_HELD);
     struct user_regs_struct regs;
@@ -175,7 +181,8 @@ int main(int argc, char **argv) {
     long kept = samples < MAX_HELD ? samples : MAX_HELD;
     qsort(held, kept, sizeof(double), cmp_double);
     printf("{\"captures\": %ld, \"ticks\": %ld, \"cpu_s\": %.6f, \"wall_s\": %.6f, \"held_median_us\": %.2f, "
-           "\"held_p90_us\": %.2f}\n",
-           samples, ticks, cpu, wall, kept ? held[kept / 2] * 1e6 : 0, kept ? held[(long)(kept * 0.9)] * 1e6 : 0);
+           "\"held_p90_us\": %.2f, \"realtime\": %s}\n",
+           samples, ticks, cpu, wall, kept ? held[kept / 2] * 1e6 : 0, kept ? held[(long)(kept * 0.9)] * 1e6 : 0,
+           realtime ? "true" : "false");
     return 0;
 }

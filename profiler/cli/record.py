@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from profiler.atomic import check_writable
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_count, top_table
-from profiler.config import CapturePriority, ExportConfig, SamplerConfig
+from profiler.config import ExportConfig, SamplerConfig, SamplingPriority
 from profiler.errors import NoSuchProcess, OutputError, TargetError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.runtime import Agent
 from profiler.sampling.sampler import EndReason, Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
-from profiler.target import procfs
+from profiler.target import priority, procfs
 
 MAX_STACK_BYTES = 8 << 20  # the default RLIMIT_STACK of the main thread; no real stack window is larger
 
@@ -57,9 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="bytes of stack copied per sample, from the stack pointer up (default 65536)",
     )  # fmt: skip
     p.add_argument(
-        "--priority", choices=[c.value for c in CapturePriority], default=CapturePriority.AUTO.value,
-        help="scheduling of the sampler while threads are stopped: fifo raises it to SCHED_FIFO when "
-        "permitted; auto does so when more threads are stopped than there are CPUs (default auto)",
+        "--priority", choices=[c.value for c in SamplingPriority], default=SamplingPriority.AUTO.value,
+        help="the sampler's scheduling from its sleep to the end of each tick's stops: auto raises it to "
+        "SCHED_FIFO when permitted (else a notice: bursts of work on a shared CPU are undercounted), "
+        "fifo insists on it, normal never changes it (default auto)",
     )  # fmt: skip
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: spawn and profile a command")
 
@@ -79,7 +80,7 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
         stack_bytes=args.stack_bytes,
         native=args.native,
         idle=args.idle,
-        capture_priority=CapturePriority(args.priority),
+        priority=SamplingPriority(args.priority),
         interrupt_sleeping=args.idle,
         subprocesses=args.subprocesses,
     )
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
             "Examples: `nprof record --pid 1234`, `nprof record -o out.speedscope.json -- python app.py`.",
         )
     config = sampler_config(args)
+    priority.require(config.priority)  # --priority fifo without permission: say so before attaching
     export = export_config(args)
     exporter: Exporter | None = None
     if args.output is not None:

@@ -8,13 +8,12 @@ a runtime agent goes through ``agent_calls.py``, which keeps an agent's bug from
 from __future__ import annotations
 
 import enum
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from profiler.binary.objfile import ObjectFileCache
-from profiler.config import CapturePriority, SamplerConfig
+from profiler.config import SamplerConfig
 from profiler.errors import NprofError
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
@@ -27,6 +26,7 @@ from profiler.sampling.timer import Timer
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import read_cmdline, read_comm
 from profiler.target.capture import Capture, ThreadRecord
+from profiler.target.priority import SamplingPolicy
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -81,10 +81,7 @@ class Sampler:
         #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
         #: their agents change (``_note_agents``), not asked of every target each tick
         self._any_agent = False
-        self._ncpu = _cpu_count()
-        #: capture at SCHED_FIFO always, or when the due threads outnumber the CPUs (config.py)
-        self._fifo_always = config.capture_priority is CapturePriority.FIFO
-        self._fifo_auto = config.capture_priority is CapturePriority.AUTO
+        self.priority = SamplingPolicy(config.priority)  #: real-time from each sleep to the end of its stops
         self.stacks = StackRecorder(session, config)
         self.idle = IdleCheck(session, config.interrupt_sleeping)
         self.agent_calls = AgentCalls(session, self.targets)
@@ -168,33 +165,43 @@ class Sampler:
         return self.run()
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> Iterator[Tick]:
-        """Yield after every tick until the duration ends, ``should_stop`` is true or every target exited."""
+        """Yield after every tick until the duration ends, ``should_stop`` is true or every target exited.
+
+        The thread sleeps between ticks at real-time priority where permitted, so that its wake-up preempts
+        a target thread on its CPU (``priority.py``); it is back at its own priority between the end of
+        each tick's stops and its next sleep, and when this ends."""
         config = self.config
         end = None if config.duration is None else self.started + config.duration
         due = self.timer.next_due = time.monotonic()
         self.end_reason = EndReason.STOPPED
-        tracer, timer = self.tracer, self.timer
+        tracer, timer, priority = self.tracer, self.timer, self.priority
         live = tracer.seized.live_pids  # kept up to date in place
-        while True:
-            if end is not None and due >= end:
-                self.end_reason = EndReason.DURATION
-                break
-            if not tracer.pump(due, should_stop) or not live:  # pump: also until should_stop
-                self.end_reason = EndReason.EXITED
-                break
-            if should_stop():
-                break
-            yield self.tick()
-            due = timer.advance()
-            if end is not None and due > end:
-                due = end
+        message = priority.start()
+        if message:
+            self._notice(message)
+        try:
+            while True:
+                if end is not None and due >= end:
+                    self.end_reason = EndReason.DURATION
+                    break
+                priority.realtime()
+                if not tracer.pump(due, should_stop) or not live:  # pump: also until should_stop
+                    self.end_reason = EndReason.EXITED
+                    break
+                if should_stop():
+                    break
+                yield self.tick()
+                due = timer.advance()
+                if end is not None and due > end:
+                    due = end
+        finally:
+            priority.normal()
         self.session.meta.duration = time.monotonic() - self.started
 
     def tick(self) -> Tick:
+        """One tick: decide, stop and copy at real-time priority (``priority.py``); then, at the thread's
+        own priority, record the copies and do the periodic work, which can take long."""
         self.ticks += 1
-        now = time.monotonic()
-        if now >= self._next_sync:
-            self._housekeeping(now)
         tracer = self.tracer
         live = tracer.seized.live_pids
         due: list[ThreadRecord] = []
@@ -203,8 +210,6 @@ class Sampler:
         for pid, target in self.targets.items():
             if pid not in live:
                 continue
-            if target.refresh is not None:
-                self.agent_calls.between_ticks(target.refresh, "agent_refresh_errors")
             records = target.records
             if records is None:  # a process added since the last look
                 records = target.records = tracer.seized.sync(pid)
@@ -215,25 +220,33 @@ class Sampler:
                     reused += 1
                 else:
                     due.append(record)
-        if tracer.late_captures:
-            for capture in tracer.take_late_captures():  # stops that missed the previous tick's window
-                self.record(capture)
-        fifo = self._fifo_always or (self._fifo_auto and len(due) > self._ncpu)
         native, window = self.config.native, self._window
         # During the stops the agents copy what they can name in advance (``agent_snapshot``); each copy is
         # settled after resume, and a thread whose copy fell short is stopped again and captured in full.
         # Late stops (after the window) are captured in full: they are recorded at the next tick. Without
         # any agent the stops call no hook at all.
         first, full = (self.agent_snapshot, self.agent_capture) if self._any_agent else (None, None)
-        captures = tracer.capture(due, copy_stack=native, agent_capture=first, fifo=fifo, window=window,
+        captures = tracer.capture(due, copy_stack=native, agent_capture=first, window=window,
                                   late_agent_capture=full)  # fmt: skip
+        self.priority.normal()  # every thread stopped runs again
+        if tracer.late_captures:
+            for capture in tracer.take_late_captures():  # stops that came after their tick's window
+                self.record(capture)
         again = self._record_all(captures, settle=first is not None)
         stopped = len(captures)
         if again:
-            captures = tracer.capture(again, copy_stack=native, agent_capture=full, fifo=fifo, window=window)
+            self.priority.realtime()
+            captures = tracer.capture(again, copy_stack=native, agent_capture=full, window=window)
+            self.priority.normal()
             self._record_all(captures, settle=False)
             stopped += len(captures)
-        return Tick(self.ticks, time.monotonic() - self.started, stopped, reused)
+        now = time.monotonic()
+        if now >= self._next_sync:
+            self._housekeeping(now)
+        for pid, target in self.targets.items():
+            if target.refresh is not None and pid in live:
+                self.agent_calls.between_ticks(target.refresh, "agent_refresh_errors")
+        return Tick(self.ticks, now - self.started, stopped, reused)
 
     def _housekeeping(self, now: float) -> None:
         """Between ticks, every SYNC_INTERVAL: new threads of every process; every SCAN_INTERVAL (children.py)
@@ -297,6 +310,7 @@ class Sampler:
 
     def close(self) -> None:
         """Detach from everything, record exit statuses, thread names and counters."""
+        self.priority.normal()  # (``run`` has done so already, unless it was never resumed to its end)
         for target in self.targets.values():
             for record in self.tracer.seized.sync(target.process.pid):
                 state = self.threads.get(record.key)
@@ -332,9 +346,3 @@ class Sampler:
             self.session.counters["late_ticks"] = self.timer.late_ticks
         self.session.modules = list(self.modules.modules)
 
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except OSError:
-        return os.cpu_count() or 1

@@ -34,7 +34,6 @@ from profiler.target.ptrace import (
 )
 from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
 from profiler.target.events import EventWait, open_event_wait
-from profiler.target.priority import FifoPriority
 from profiler.target.process import TargetProcess
 from profiler.target.threads import ThreadTable
 
@@ -57,7 +56,6 @@ class Tracer:
         self._late_used = 0
         self.late_captures: list[Capture] = []
         self._stack_readers: dict[int, pt.StackReader] = {}
-        self._priority = FifoPriority()
 
     # --- attach / threads -------------------------------------------------------------------------------
 
@@ -90,7 +88,6 @@ class Tracer:
         due: Iterable[ThreadRecord],
         copy_stack: bool = True,
         agent_capture: AgentCapture | None = None,
-        fifo: bool = False,
         window: float | None = None,
         late_agent_capture: AgentCapture | None = None,
     ) -> list[Capture]:
@@ -107,7 +104,7 @@ class Tracer:
         """
         stack_bytes = self.stack_bytes if copy_stack else 0
         pending = self._interrupt(due)
-        captures = self._collect(pending, stack_bytes, agent_capture, fifo, window)
+        captures = self._collect(pending, stack_bytes, agent_capture, window)
         if pending:  # missed the window: their stops are copied when they come
             late_hook = agent_capture if late_agent_capture is None else late_agent_capture
             for tid in pending:
@@ -129,7 +126,7 @@ class Tracer:
         consistent snapshot of the whole process. Every thread is resumed on leaving, whatever happens."""
         stack_bytes = self.stack_bytes if copy_stack else 0
         try:
-            yield self._collect(self._interrupt(threads), stack_bytes, agent_capture, fifo=False, keep=True)
+            yield self._collect(self._interrupt(threads), stack_bytes, agent_capture, keep=True)
         finally:
             self._release_held()
 
@@ -155,7 +152,6 @@ class Tracer:
         pending: dict[int, ThreadRecord],
         stack_bytes: int,
         agent_capture: AgentCapture | None,
-        fifo: bool,
         window: float | None = None,
         keep: bool = False,
     ) -> list[Capture]:
@@ -174,8 +170,6 @@ class Tracer:
         slots = self._slots
         stats = self.stats
         deadline = time.monotonic() + (self.stop_deadline if window is None else window)
-        if fifo:
-            self._priority.enter()
         try:
             while pending:
                 tid, status, err = events.wait(deadline, early=True)
@@ -205,8 +199,6 @@ class Tracer:
                     self._resume(tid)
                     stats.note_held(time.perf_counter_ns() - seen)
         finally:
-            if fifo:
-                self._priority.leave()
             if not keep and held:
                 self._release_held()
         return captures

@@ -59,6 +59,32 @@ def test_permission_denied(tmp_path):
         stop(target)
 
 
+def without_sys_nice(*args: str) -> list[str]:
+    """``nprof ARGS`` as root without CAP_SYS_NICE (and no RLIMIT_RTPRIO): SCHED_FIFO is refused."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop CAP_SYS_NICE")
+    return ["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice", *nprof_command(*args)]
+
+
+def test_priority_fifo_not_permitted_fails_before_spawning(tmp_path):
+    marker = tmp_path / "spawned"
+    cmd = without_sys_nice("record", "--priority", "fifo", "-d", "1", "-o", str(tmp_path / "x.folded"),
+                           "--", "touch", str(marker))  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert_error(result, 4, "--priority fifo", "SCHED_FIFO", "CAP_SYS_NICE", "--priority auto")
+    assert not marker.exists(), "the command was spawned although nprof could not record as asked"
+
+
+def test_priority_auto_not_permitted_records_with_a_notice(chain_fp, tmp_path):
+    out = tmp_path / "x.folded"
+    with running_target([chain_fp]) as target:
+        cmd = without_sys_nice("record", "--pid", str(target.pid), "-d", "1", "-o", str(out))
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "real-time priority (SCHED_FIFO)" in result.stderr and "--cap-add SYS_NICE" in result.stderr
+    assert out.stat().st_size > 0
+
+
 def test_foreign_architecture():
     """A 32-bit i386 process (the kernel runs it through IA-32 emulation)."""
     directory = tempfile.mkdtemp()

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET_SOURCES = os.path.join(REPO, "tests", "targets")
@@ -58,14 +58,15 @@ def wait_ready(fd: int, proc: subprocess.Popen, timeout: float = READY_TIMEOUT) 
 
 @contextlib.contextmanager
 def running_target(
-    argv: Sequence[str], env: dict[str, str] | None = None, ready_at: int = 1
+    argv: Sequence[str], env: dict[str, str] | None = None, ready_at: int = 1, cpu: int | None = None
 ) -> Iterator[subprocess.Popen]:
     """Start ``argv`` with the ready fd inserted at position ``ready_at`` (after the program by default;
-    after the script for an interpreter), yield once it wrote "ready"; kill and reap it afterwards."""
+    after the script for an interpreter), yield once it wrote "ready"; kill and reap it afterwards.
+    ``cpu``: run it on that CPU only."""
     r, w = os.pipe()
     argv = list(argv)
     cmd = [*argv[:ready_at], str(w), *argv[ready_at:]]
-    proc = subprocess.Popen(cmd, pass_fds=[w], env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, pass_fds=[w], env=env, stdin=subprocess.DEVNULL, preexec_fn=on_cpu(cpu))
     os.close(w)
     try:
         wait_ready(r, proc)
@@ -87,8 +88,17 @@ def nprof_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "profiler", *args]
 
 
-def run_nprof(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(nprof_command(*args), capture_output=True, text=True, timeout=timeout)
+def run_nprof(*args: str, timeout: float = 120, cpu: int | None = None) -> subprocess.CompletedProcess:
+    """``nprof ARGS``; ``cpu``: run it on that CPU only."""
+    return subprocess.run(nprof_command(*args), capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=on_cpu(cpu))  # fmt: skip
+
+
+def on_cpu(cpu: int | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that confines the child to one CPU (None: no confinement)."""
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
 
 
 def process_state(pid: int) -> tuple[str, int] | None:

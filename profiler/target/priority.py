@@ -44,14 +44,14 @@ _REALTIME_POLICIES = frozenset({os.SCHED_FIFO, os.SCHED_RR})
 
 #: how to get real-time priority, for both the notice and the error
 _HOW = (
-    f"Give nprof CAP_SYS_NICE (root has it; in a container, docker run --cap-add SYS_NICE), or allow "
+    "Give nprof CAP_SYS_NICE (root has it; in a container, docker run --cap-add SYS_NICE), or allow "
     f"real-time priority with `ulimit -r {FIFO_PRIORITY}`"
 )
 
 #: the notice of ``--priority auto`` without real-time priority
 NOT_PERMITTED = (
     "the sampling thread cannot have real-time priority (SCHED_FIFO) here, so target threads that share "
-    f"its CPU are sampled mostly where they block: short bursts of work between sleeps are undercounted. "
+    "its CPU are sampled mostly where they block: short bursts of work between sleeps are undercounted. "
     f"{_HOW}; --priority normal hides this notice."
 )
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 class SamplingPriority(enum.Enum):
     """Scheduling of the sampling thread from its sleep between ticks to the end of each tick's stops
-    (``target/priority.py`` says why and measures it)."""
+    (``sampling/priority.py`` says why and measures it)."""
 
     AUTO = "auto"  #: SCHED_FIFO when permitted; otherwise a notice, and normal priority
     FIFO = "fifo"  #: SCHED_FIFO, and an error when it is not permitted

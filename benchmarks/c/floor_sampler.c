@@ -7,7 +7,7 @@
  * (waitpid(-1, __WALL)): PTRACE_GETREGS, one process_vm_readv of the stack window into a preallocated
  * buffer, PTRACE_CONT; then one waitpid(WNOHANG) for events between ticks (exits, signals to pass on, as
  * nprof answers them too). Ticks are paced with nanosleep, at SCHED_FIFO 10 when permitted, as nprof sleeps
- * (profiler/target/priority.py: a sampler at normal priority on a busy thread's CPU is not run when its
+ * (profiler/sampling/priority.py: a sampler at normal priority on a busy thread's CPU is not run when its
  * timer fires): one call at the start, where nprof switches twice per tick to keep its work after the stops
  * at normal priority. Prints JSON: stops ("captures"), ticks, sampler CPU
  * time and wall time of the sampling loop. It ends after SECONDS or when the target exits, whichever comes

@@ -23,10 +23,11 @@ from profiler.config import ExportConfig, SamplerConfig, SamplingPriority
 from profiler.errors import NoSuchProcess, OutputError, TargetError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.runtime import Agent
+from profiler.sampling import priority
 from profiler.sampling.sampler import EndReason, Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
-from profiler.target import priority, procfs
+from profiler.target import procfs
 
 MAX_STACK_BYTES = 8 << 20  # the default RLIMIT_STACK of the main thread; no real stack window is larger
 

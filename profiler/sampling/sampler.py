@@ -19,6 +19,7 @@ from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.idle import IdleCheck
+from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.session import Session
 from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
@@ -26,7 +27,6 @@ from profiler.sampling.timer import Timer
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import read_cmdline, read_comm
 from profiler.target.capture import Capture, ThreadRecord
-from profiler.target.priority import SamplingPolicy
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -310,7 +310,6 @@ class Sampler:
 
     def close(self) -> None:
         """Detach from everything, record exit statuses, thread names and counters."""
-        self.priority.normal()  # (``run`` has done so already, unless it was never resumed to its end)
         for target in self.targets.values():
             for record in self.tracer.seized.sync(target.process.pid):
                 state = self.threads.get(record.key)

@@ -1,7 +1,7 @@
 """A thread that computes in short bursts between sleeps, recorded by nprof on the same CPU: its bursts get
 their share of the samples, and the moments it wakes up are not counted as running.
 
-Both failed before nprof slept at real-time priority (``profiler/target/priority.py``) and told a wake-up
+Both failed before nprof slept at real-time priority (``profiler/sampling/priority.py``) and told a wake-up
 from work by the registers (``profiler/target/syscalls.py``): 3-8 of the 600 ticks found the thread in
 ``work``, and 67-108 "running" samples were at the return of its sleep (two runs of each test).
 """
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from profiler.target.priority import NOT_PERMITTED
+from profiler.sampling.priority import NOT_PERMITTED
 from tests.support.targets import running_target, run_nprof
 from tests.targets.python.interpreters import TARGETS, _pyenv
 

@@ -1,4 +1,4 @@
-"""The sampling thread's switches between SCHED_FIFO and its own policy (``profiler/target/priority.py``).
+"""The sampling thread's switches between SCHED_FIFO and its own policy (``profiler/sampling/priority.py``).
 
 The kernel calls are replaced by a recorder: what is checked is which calls the policy makes, and what it
 says when real-time priority is refused. The integration test ``test_record_duty.py`` checks the effect."""
@@ -12,7 +12,7 @@ import pytest
 
 from profiler.config import SamplingPriority
 from profiler.errors import PermissionDenied
-from profiler.target import priority as pr
+from profiler.sampling import priority as pr
 
 
 class Kernel:

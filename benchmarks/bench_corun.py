@@ -31,7 +31,7 @@ import tempfile
 
 from benchmarks.bench_capture import build
 from benchmarks.bench_python import DEFAULT_INTERPRETER, profilers, run_once
-from benchmarks.results import RESULTS, write_rows
+from benchmarks.results import RESULTS, spread, write_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RATE = 1000
@@ -95,12 +95,11 @@ def table(rows: list[dict], names: list[str]) -> str:
     ]
     for name in names:
         mine = [r for r in rows if r["variant"] == name]
-        slow = sorted(r["slowdown"] for r in mine)
 
         def med(key: str) -> float:
             return statistics.median(r[key] for r in mine)
 
-        out.append(f"| {name} | {statistics.median(slow):.2f} ({slow[0]:.2f}–{slow[-1]:.2f}) | "
+        out.append(f"| {name} | {spread([r['slowdown'] for r in mine])} | "
                    f"{med('run_time_ratio'):.3f} | {med('off_cpu_us_per_stop'):.0f} | "
                    f"{100 * med('sampler_cpu_share'):.0f}% |")  # fmt: skip
     return "\n".join(out)

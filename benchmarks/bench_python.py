@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from benchmarks.bench_capture import build
-from benchmarks.results import RESULTS, write_rows
+from benchmarks.results import RESULTS, spread, write_rows
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from profiler.target.procfs import read_text, split_stat
@@ -228,7 +228,7 @@ def table(rows: list[dict]) -> str:
             cells = []
             for name in names:
                 v = [r["slowdown"] for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, rate, name)]
-                cells.append(f"{med(v):.2f} ({min(v):.2f}–{max(v):.2f})" if v else "—")
+                cells.append(spread(v) if v else "—")
             out.append(f"| {mode} | {rate} Hz | " + " | ".join(cells) + " |")
     out += ["", "Marginal profiler CPU per sample, µs ((CPU at 1000 Hz - CPU at 100 Hz) / extra samples, per "
             "repetition; median):", "", "| target " + header, "|---|" + "---|" * len(names)]  # fmt: skip

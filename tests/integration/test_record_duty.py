@@ -14,7 +14,7 @@ import pytest
 
 from profiler.sampling.priority import NOT_PERMITTED
 from tests.support.targets import running_target, run_nprof
-from tests.targets.python.interpreters import TARGETS, _pyenv
+from tests.targets.python.interpreters import TARGETS, pyenv_interpreter
 
 BUSY_US, SLEEP_US = 200, 800  #: the thread computes ~20% of the time (a little less: wake-up latency)
 RATE, SECONDS = 200, 3
@@ -61,7 +61,7 @@ def test_native_bursts_on_a_shared_cpu(duty_fp, tmp_path):
 
 
 def test_python_bursts_on_a_shared_cpu(tmp_path):
-    interp = _pyenv((3, 12)) or _pyenv((3, 11)) or _pyenv((3, 13))
+    interp = pyenv_interpreter((3, 12)) or pyenv_interpreter((3, 11)) or pyenv_interpreter((3, 13))
     if interp is None:
         pytest.skip("no CPython 3.11-3.13 under PYENV_ROOT (its time.sleep sleeps to an absolute deadline)")
     argv = [interp.path, os.path.join(TARGETS, "duty.py"), str(BUSY_US), str(SLEEP_US)]

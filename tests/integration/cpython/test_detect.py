@@ -8,9 +8,10 @@ import os
 import pytest
 
 from agents.cpython import CPythonAgent
+from agents.cpython.session import MAIN_UNMAPPED_NOTICE
 from profiler.model import NativeFrame, UnwindMethod
 from profiler.target.process import TargetProcess
-from tests.integration.cpython.conftest import python_running
+from tests.integration.cpython.conftest import attached, python_running
 from tests.support.targets import running_target
 from tests.targets.python.interpreters import PYENV_ROOT, interpreter_params
 
@@ -88,9 +89,6 @@ def test_a_main_thread_that_never_matches_a_thread_state_is_reported(interp):
     """Captures whose thread has no Python thread state are normal for native threads; for the main thread,
     all along, they mean every Python frame was lost (as a wrong interpreter mapping once did): the end of
     the recording says so."""
-    from agents.cpython.session import MAIN_UNMAPPED_NOTICE
-    from tests.integration.cpython.conftest import attached
-
     with attached(interp, "chain.py") as t:
         for _ in range(MAIN_UNMAPPED_NOTICE + 5):
             for _capture, stack in t.tick():

@@ -27,7 +27,8 @@ class Interpreter:
     version: tuple[int, int]
 
 
-def _pyenv(minor: tuple[int, int]) -> Interpreter | None:
+def pyenv_interpreter(minor: tuple[int, int]) -> Interpreter | None:
+    """The newest pyenv CPython of ``minor`` (e.g. (3, 12)), or None if none is installed."""
     pattern = os.path.join(PYENV_ROOT, "versions", f"{minor[0]}.{minor[1]}.*", "bin", f"python{minor[0]}.{minor[1]}")
     found = sorted(p for p in glob.glob(pattern) if re.search(r"/\d+\.\d+\.\d+/bin/", p))
     if not found:
@@ -48,7 +49,7 @@ def interpreter_params() -> list:
     """pytest params, one per interpreter, skipped with a reason where it is missing."""
     params = []
     for minor in MINORS:
-        found = _pyenv(minor)
+        found = pyenv_interpreter(minor)
         label = f"{minor[0]}.{minor[1]}"
         if found is None:
             reason = f"no CPython {label} under {PYENV_ROOT}/versions"

@@ -58,14 +58,13 @@ NOT_PERMITTED = (
 
 class SamplingPolicy:
     """Switches the calling thread between SCHED_FIFO (``realtime``) and the policy it had at ``start``
-    (``normal``). Both are no-ops when already there, or when real-time priority is not available."""
+    (``normal``). Both are no-ops when already there, or when ``start`` was not granted real-time priority."""
 
     def __init__(self, mode: SamplingPriority) -> None:
         self.mode = mode
-        self.available = False  #: real-time priority was granted at ``start``
+        self._fifo: os.sched_param | None = None  #: the real-time priority ``start`` was granted, if any
+        self._own = (os.SCHED_OTHER, os.sched_param(0))  #: the thread's policy before ``start``, to go back to
         self._raised = False
-        self._fifo = os.sched_param(FIFO_PRIORITY)
-        self._own: tuple[int, os.sched_param] | None = None  #: the thread's policy before ``start``
 
     def start(self) -> str | None:
         """Find out whether real-time priority is permitted, and leave the thread at it if so.
@@ -77,14 +76,14 @@ class SamplingPolicy:
         policy = os.sched_getscheduler(0)
         if policy in _REALTIME_POLICIES:
             return None  # started under chrt -f/-r: it already preempts the target's fair-class threads
-        self._own = (policy, os.sched_getparam(0))
+        own = (policy, os.sched_getparam(0))
         for priority in _candidate_priorities():
+            fifo = os.sched_param(priority)
             try:
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+                os.sched_setscheduler(0, os.SCHED_FIFO, fifo)
             except PermissionError:
                 continue
-            self._fifo = os.sched_param(priority)
-            self.available = self._raised = True
+            self._fifo, self._own, self._raised = fifo, own, True
             return None
         if self.mode is SamplingPriority.FIFO:
             raise PermissionDenied(
@@ -95,15 +94,14 @@ class SamplingPolicy:
 
     def realtime(self) -> None:
         """Before the sampler sleeps until its next tick: its wake-up must preempt the target."""
-        if self.available and not self._raised:
+        if self._fifo is not None and not self._raised:
             os.sched_setscheduler(0, os.SCHED_FIFO, self._fifo)
             self._raised = True
 
     def normal(self) -> None:
         """Once every stopped thread runs again: back to the thread's own policy for the deferred work."""
         if self._raised:
-            policy, param = self._own  # type: ignore[misc]
-            os.sched_setscheduler(0, policy, param)
+            os.sched_setscheduler(0, *self._own)
             self._raised = False
 
 

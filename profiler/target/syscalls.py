@@ -68,15 +68,14 @@ _FUTEX_WAITS = frozenset({FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WA
 WNOHANG = 1  #: linux/wait.h: a wait for a child that returns at once
 
 _U64 = 1 << 64
-_MINUS_ONE = _U64 - 1  #: orig_rax outside a system call, as the unsigned register holds it
 
 
 def waiting(regs: object) -> bool:
     """True when the registers of a stopped thread show it asleep in the kernel, or just woken from a wait
     and not yet back in user code (the module docstring)."""
     nr = regs.orig_rax  # type: ignore[attr-defined]
-    if nr == _MINUS_ONE or nr >= 1 << 63:
-        return False  # not in a system call
+    if nr >= 1 << 63:
+        return False  # -1 (as the unsigned register holds it): not in a system call
     if (-regs.rax) % _U64 in _INTERRUPTED:  # type: ignore[attr-defined]
         return True
     if nr in _ALWAYS_WAIT:

@@ -224,10 +224,21 @@ def _why_it_ended(sampler: Sampler, stop: StopFlag, config: SamplerConfig) -> st
     if stop.signal is not None:
         return f"stopped by {signal.Signals(stop.signal).name}"
     if sampler.end_reason is EndReason.EXITED:
-        codes = sampler.session.meta.exit_status
-        code = next(iter(codes.values()), None)
-        return "target exited" + (f" (status {code})" if code is not None else "")
+        return _how_the_target_ended(sampler.session.meta.exit_status.get(sampler.session.meta.pid))
     return f"recorded {config.duration:g}s"
+
+
+def _how_the_target_ended(status: int | None) -> str:
+    """The end of the process nprof was pointed at (not of a child followed with --subprocesses, which may
+    well be killed while its parent exits normally). ``status``: an exit code, or minus a killing signal."""
+    if status is None:
+        return "target exited"
+    if status < 0:
+        try:
+            return f"target was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"target was killed by signal {-status}"
+    return f"target exited (status {status})"
 
 
 def _write_outputs(session: Session, output: str, exporter: Exporter, export: ExportConfig) -> list[str]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
+import sys
 
+from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope
-from tests.support.targets import nprof_command, running_target, wait_until
+from tests.support.targets import nprof_command, run_nprof, running_target, wait_until
 
 
 def traced_children(pid: int) -> set[int]:
@@ -52,3 +53,30 @@ def test_children_are_followed(forker_fp, chain_fp, tmp_path):
         assert owners, f"{label}: chain {chain} in no profile"
     exec_child = [pid for pid, ps in by_pid.items() if any(ends_with(s, ("a", "b", "c", "spin")) for p in ps for s in p.stacks)]
     assert any(chain_fp in p.name for p in by_pid[exec_child[0]]), "a child's profile names its command line"
+
+
+#: a parent that starts a busy child, waits until nprof traces it, kills it with SIGTERM and exits 0
+_PARENT_KILLS_ITS_CHILD = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:  # until nprof follows the child (its TracerPid is set)
+    with open(f"/proc/{child.pid}/status") as f:
+        if int(next(line for line in f if line.startswith("TracerPid:")).split()[1]):
+            break
+    time.sleep(0.01)
+else:
+    sys.exit(3)
+child.terminate()
+child.wait()
+"""
+
+
+def test_the_summary_gives_the_targets_own_exit_status(tmp_path):
+    """A followed child killed by a signal does not make the summary say the target was killed."""
+    out = str(tmp_path / "family.folded")
+    result = run_nprof("record", "--subprocesses", "-o", out, "--", sys.executable, "-c", _PARENT_KILLS_ITS_CHILD)
+    assert result.returncode == 0, result.stderr
+    assert "target exited (status 0)" in result.stdout, result.stdout
+    statuses = Session.load(str(tmp_path / "family.nprof")).meta.exit_status
+    assert sorted(statuses.values()) == [-signal.SIGTERM, 0], statuses

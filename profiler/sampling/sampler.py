@@ -2,7 +2,8 @@
 them, and only then (with every thread running again) has ``stacks.py`` unwind, merge and count the copies.
 
 Which threads a tick stops, and which it counts without a stop, is ``idle.py``'s decision; every call into
-a runtime agent goes through ``agent_calls.py``, which keeps an agent's bug from reaching the loop.
+a runtime agent goes through ``agent_calls.py``, which keeps an agent's bug from reaching the loop; which
+processes are sampled (attached, children followed, execs, runtimes detected) is ``processes.py``'s.
 """
 
 from __future__ import annotations
@@ -14,21 +15,18 @@ from dataclasses import dataclass
 
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
-from profiler.errors import NprofError
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
-from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.priority import SamplingPolicy
+from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session
 from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.timer import Timer
-from profiler.target.process import TargetProcess
-from profiler.target.procfs import read_cmdline, read_comm
+from profiler.target.procfs import read_comm
 from profiler.target.capture import Capture, ThreadRecord
 from profiler.target.tracer import Tracer
-from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
 SYNC_INTERVAL = 0.01
@@ -67,20 +65,16 @@ class Sampler:
         self.config = config
         self.tracer = tracer or Tracer(config.stack_bytes, config.stop_deadline)
         self.objects = objects or ObjectFileCache()
-        self.agents = list(agents)
         self.notice = notice
-        self.modules = ModuleRegistry()
-        self.targets: dict[int, Target] = {}
+        self.processes = SampledProcesses(session, config, self.tracer, self.objects, agents, self._notice)
+        self.targets = self.processes.targets  #: pid -> Target, kept by ``processes``
+        self.modules = self.processes.modules
         self.threads: dict[tuple[int, int], ThreadState] = {}
         self.timer = Timer(config.rate)
         self.started = time.monotonic()
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
-        self.children = ChildWatcher()
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_housekeeping``)
-        #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
-        #: their agents change (``_note_agents``), not asked of every target each tick
-        self._any_agent = False
         self.priority = SamplingPolicy(config.priority)  #: real-time from each sleep to the end of its stops
         self.stacks = StackRecorder(session, config)
         self.idle = IdleCheck(session, config.interrupt_sleeping)
@@ -90,74 +84,15 @@ class Sampler:
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
         self._window = max(MIN_WINDOW, min(config.stop_deadline, 0.5 * self.timer.period))
 
-    # --- targets ----------------------------------------------------------------------------------------
+    # --- targets ---------------------------------------------------------------------------------------
 
     def add_process(self, pid: int, fresh: bool = False) -> Target:
-        """Validate, seize every thread, map modules and detect a managed runtime.
-
-        ``fresh``: the process was just started (a spawned command, a new child): its runtime may not be
-        loaded yet (the dynamic loader maps libpython after exec), so detection is retried for a while.
-        """
-        process = TargetProcess(pid)
-        # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
-        # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
-        target = self._make_target(process, fresh)
-        self.tracer.add_process(process)
-        self.targets[pid] = target
-        self.children.remember(pid)
-        self._note_agents()
-        return target
-
-    def _note_agents(self) -> None:
-        self._any_agent = any(target.agent is not None for target in self.targets.values())
-
-    def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
-        target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
-        if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
-            self._no_runtime(target)
-        self.session.meta.processes[process.pid] = process.cmdline
-        self.session.modules = self.modules.modules
-        return target
-
-    def _retry_detection(self) -> None:
-        """Fresh processes without a runtime yet: look again, until the grace period ends."""
-        now = time.monotonic()
-        for target in self.targets.values():
-            if not target.detection_pending:
-                continue
-            target.process.refresh_maps()
-            if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
-                self._no_runtime(target)
-
-    def _no_runtime(self, target: Target) -> None:
-        """Stop looking for a runtime in ``target`` and say why it is profiled natively."""
-        target.detect_until = 0.0
-        if target.detect_reasons:
-            self._notice(target.no_runtime_notice())
+        """Attach a process and sample it from the next tick (``processes.py``)."""
+        return self.processes.add(pid, fresh)
 
     def _notice(self, message: str) -> None:
         self.session.meta.notices.append(message)
         self.notice(message)
-
-    def _follow_children(self) -> None:
-        """Attach children that appeared, and re-map processes that exec'd (--subprocesses)."""
-        for pid, target in list(self.targets.items()):
-            if not self.tracer.seized.process_alive(pid):
-                continue
-            if self.children.exec_happened(pid):
-                # same pid, new program: its modules and runtime are all different now
-                target.process.cmdline = read_cmdline(pid)
-                target.process.comm = read_comm(pid)
-                self.targets[pid] = self._make_target(target.process, fresh=True)
-            if not self.config.subprocesses:
-                continue
-            tids = [r.tid for r in self.tracer.seized.records.values() if r.pid == pid]
-            for child in children_of(pid, tids) - self.targets.keys():
-                try:
-                    self.add_process(child, fresh=True)
-                except NprofError as e:
-                    self.session.count("children_not_followed")
-                    self._notice(f"not following child {child}: {e.message}")
 
     # --- the loop ---------------------------------------------------------------------------------------
 
@@ -225,7 +160,7 @@ class Sampler:
         # settled after resume, and a thread whose copy fell short is stopped again and captured in full.
         # Late stops (after the window) are captured in full: they are recorded at the next tick. Without
         # any agent the stops call no hook at all.
-        first, full = (self.agent_snapshot, self.agent_capture) if self._any_agent else (None, None)
+        first, full = (self.agent_snapshot, self.agent_capture) if self.processes.any_agent else (None, None)
         captures = tracer.capture(due, copy_stack=native, agent_capture=first, window=window,
                                   late_agent_capture=full)  # fmt: skip
         self.priority.normal()  # every thread stopped runs again
@@ -249,13 +184,10 @@ class Sampler:
         return Tick(self.ticks, now - self.started, stopped, reused)
 
     def _housekeeping(self, now: float) -> None:
-        """Between ticks, every SYNC_INTERVAL: new threads of every process; every SCAN_INTERVAL (children.py)
-        also new children, execs, and runtimes that fresh processes loaded since."""
+        """Between ticks, every SYNC_INTERVAL: new threads of every process; less often also new children,
+        execs, and runtimes that fresh processes loaded since (``processes.look_again``)."""
         self._next_sync = now + SYNC_INTERVAL
-        if self.children.due():
-            self._follow_children()
-            self._retry_detection()
-            self._note_agents()  # an exec may have replaced a target, a fresh one may have found its runtime
+        self.processes.look_again()
         for pid, target in self.targets.items():
             if self.tracer.seized.process_alive(pid):
                 target.records = self.tracer.seized.sync(pid)
@@ -332,9 +264,8 @@ class Sampler:
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
             self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)
             self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9)
+        self.processes.give_up_detection()
         for target in self.targets.values():
-            if target.detection_pending:  # still waiting for its runtime: give up
-                self._no_runtime(target)
             for name, value in self.agent_calls.counters(target).items():
                 self.session.count(name, value)
             for message in self.agent_calls.notices(target):

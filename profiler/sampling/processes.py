@@ -1,0 +1,131 @@
+"""The set of processes a recording samples: one ``Target`` per pid (its address space, unwinder and runtime
+agent). A process joins when it is attached (``add``), when it is born a child of one (``--subprocesses``),
+and again, as a new Target under its old pid, when it execs. A process that was just started may load its
+runtime later than its first look (libpython is mapped after exec), so its detection is retried for a
+grace period (``target.py``) before it is profiled natively, with a notice saying why.
+
+The sampler asks for ``look_again`` between ticks; nothing here runs while a thread is stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from profiler.binary.objfile import ObjectFileCache
+from profiler.config import SamplerConfig
+from profiler.errors import NprofError
+from profiler.runtime import Agent
+from profiler.sampling.children import ChildWatcher, children_of
+from profiler.sampling.session import Session
+from profiler.sampling.target import Target
+from profiler.target.process import TargetProcess
+from profiler.target.procfs import read_cmdline, read_comm
+from profiler.target.tracer import Tracer
+from profiler.unwind.address_space import AddressSpace, ModuleRegistry
+
+
+class SampledProcesses:
+    """The Targets of a recording, by pid (``targets``, a dict the sampler and its agent calls share), and
+    the modules they map (``modules``, one registry: a library mapped by several processes is one module)."""
+
+    def __init__(
+        self,
+        session: Session,
+        config: SamplerConfig,
+        tracer: Tracer,
+        objects: ObjectFileCache,
+        agents: Sequence[Agent],
+        notice: Callable[[str], None],
+    ) -> None:
+        self.session = session
+        self.config = config
+        self.tracer = tracer
+        self.objects = objects
+        self.agents = list(agents)
+        self.notice = notice  #: a message for the user, also kept in the session
+        self.modules = ModuleRegistry()
+        self.targets: dict[int, Target] = {}
+        self.children = ChildWatcher()
+        #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
+        #: their agents change, not asked of every target each tick
+        self.any_agent = False
+
+    def add(self, pid: int, fresh: bool = False) -> Target:
+        """Validate, seize every thread, map modules and detect a managed runtime.
+
+        ``fresh``: the process was just started (a spawned command, a new child): its runtime may not be
+        loaded yet, so detection is retried for a while.
+        """
+        process = TargetProcess(pid)
+        # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
+        # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
+        target = self._make_target(process, fresh)
+        self.tracer.add_process(process)
+        self.targets[pid] = target
+        self.children.remember(pid)
+        self._note_agents()
+        return target
+
+    def look_again(self) -> None:
+        """Between ticks, at most every ``children.SCAN_INTERVAL``: children born and processes that exec'd
+        since the last look, and runtimes that fresh processes have loaded since."""
+        if not self.children.due():
+            return
+        self._follow_children()
+        self._retry_detection()
+        self._note_agents()  # an exec may have replaced a target, a fresh one may have found its runtime
+
+    def give_up_detection(self) -> None:
+        """At the end: processes still waiting for their runtime are profiled natively, and the user is told."""
+        for target in self.targets.values():
+            if target.detection_pending:
+                self._no_runtime(target)
+
+    def _note_agents(self) -> None:
+        self.any_agent = any(target.agent is not None for target in self.targets.values())
+
+    def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
+        target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
+        if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
+            self._no_runtime(target)
+        self.session.meta.processes[process.pid] = process.cmdline
+        self.session.modules = self.modules.modules
+        return target
+
+    def _retry_detection(self) -> None:
+        """Fresh processes without a runtime yet: look again, until the grace period ends."""
+        now = time.monotonic()
+        for target in self.targets.values():
+            if not target.detection_pending:
+                continue
+            target.process.refresh_maps()
+            if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
+                self._no_runtime(target)
+
+    def _no_runtime(self, target: Target) -> None:
+        """Stop looking for a runtime in ``target`` and say why it is profiled natively."""
+        target.detect_until = 0.0
+        if target.detect_reasons:
+            self.notice(target.no_runtime_notice())
+
+    def _follow_children(self) -> None:
+        """Attach children that appeared, and re-map processes that exec'd (--subprocesses)."""
+        seized = self.tracer.seized
+        for pid, target in list(self.targets.items()):
+            if not seized.process_alive(pid):
+                continue
+            if self.children.exec_happened(pid):
+                # same pid, new program: its modules and runtime are all different now
+                target.process.cmdline = read_cmdline(pid)
+                target.process.comm = read_comm(pid)
+                self.targets[pid] = self._make_target(target.process, fresh=True)
+            if not self.config.subprocesses:
+                continue
+            tids = [r.tid for r in seized.records.values() if r.pid == pid]
+            for child in children_of(pid, tids) - self.targets.keys():
+                try:
+                    self.add(child, fresh=True)
+                except NprofError as e:
+                    self.session.count("children_not_followed")
+                    self.notice(f"not following child {child}: {e.message}")

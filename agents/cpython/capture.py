@@ -158,7 +158,7 @@ class ChainCopier:
             # 3.11/3.12: tstate->cframe lives on the C stack of the running eval loop, one per C-level entry
             # into it, so it moves whenever a call goes through C (sorted(key=f), a callback...). Planned
             # with the frames, not the fixed reads, so that a plan keeps the places it was seen at before
-            # (scatter.next_ranges), as it keeps frames: the C stack stays mapped while the thread lives.
+            # (plan.next_ranges), as it keeps frames: the C stack stays mapped while the thread lives.
             cframe.append((frame, self.cframe_offset + 8))
             off = reader.get(frame, self.cframe_offset + 8) if 4096 <= frame < USER_LIMIT else -1
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0

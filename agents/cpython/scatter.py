@@ -5,10 +5,9 @@ naive walk costs one syscall per frame. Here ``process_vm_readv`` costs ~4-5 us 
 and ~0.6 us per extra remote iovec (measured on this machine kind: 8 bytes or 4 KiB alike), so a 10-frame
 stack would keep the thread stopped ~50 us for its reads alone.
 
-But a thread's chain changes little between two samples. So each thread keeps a ``ReadPlan``: the
-ranges its previous capture needed (thread state, frames, code-object headers), coalesced where they are
-close (3.11+ frames sit next to each other in the data stack). One scatter read fetches them all at the
-start of the next capture; the walk then takes each frame from that copy if its address was in the plan and
+But a thread's chain changes little between two samples. So each thread keeps a ``ReadPlan`` (``plan.py``):
+the ranges its previous capture needed. One scatter read fetches them all at the start of the next capture
+(into the thread's ``Snapshot``, kept in its ``ThreadSlot``); the walk then takes each frame from that copy if its address was in the plan and
 reads only the addresses that are new. The copy is exact, not a guess: every byte was read during *this*
 stop, so whatever lives at a planned address now is what the walk sees. A stale plan only costs the extra
 reads, and a planned address that became unmapped just ends the scatter read early (the kernel stops at the
@@ -17,155 +16,31 @@ first faulting remote iovec); the walk then reads the rest one by one.
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import mmap
 import struct
+
+from typing import TYPE_CHECKING
+
+from agents.cpython.plan import EMPTY_PLAN, IOV_MAX, ReadPlan, build_plan, next_ranges
+from agents.cpython.threads import ThreadStateInfo
 
 # python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
 # (iovec arrays go as their address, counts as C ints). Its binding is reused here rather than declared a
 # second time. Every iovec here is a pair of u64s (iov_base, iov_len): the kernel's struct iovec on x86-64.
 from profiler.target.ptrace import _process_vm_readv as process_vm_readv
 
+if TYPE_CHECKING:  # capture.py imports this module
+    from agents.cpython.capture import Wanted
+
 _U64 = struct.Struct("<Q")
 
-#: Linux UIO_MAXIOV: the most iovecs one process_vm_readv accepts
-IOV_MAX = 1024
-#: ranges whose gap is at most this are read as one iovec. A remote iovec costs ~0.6 us (pinning its pages
-#: separately) and a page inside one costs ~0.25 us, so merging across up to one extra page pays. The gap
-#: must stay below a page: then the merged range only touches pages that hold bytes of its two ends, which
-#: were readable, so the merge cannot run into an unmapped page in between.
-COALESCE_GAP = 4095
 #: the copy area of one capture: plan ranges first, then the addresses read one by one
 BUFFER_BYTES = 2 << 20
-#: most bytes a plan may cover (the rest of the buffer is for the walk's individual reads)
-MAX_PLAN_BYTES = 256 << 10
-
-
-#: ranges a plan that missed keeps from before at least (``next_ranges``): a recursive fib(22) used 24
-#: distinct frame objects on 3.8 and 3.10 (a 17-frame median stack); a range costs ~0.6 us in the kernel
-#: unless it merges with a neighbour
-KEEP_MIN = 64
-
-
 #: the kernel maps memory in pages: a range that ends inside a page can grow to that page's end and still
 #: touch only pages it already touched, so the longer read cannot fault where the shorter one did not. The
 #: target runs on this machine's kernel, so its page size is ours.
 PAGE_SIZE = mmap.PAGESIZE
-
-
-class ReadPlan:
-    """Remote ranges to prefetch, and where each planned address lands in the buffer."""
-
-    __slots__ = ("count", "remote", "ends", "total", "where", "_starts", "_spans")
-
-    def __init__(self, ranges: list[tuple[int, int]], where: dict[int, tuple[int, int, int]]) -> None:
-        self.count = len(ranges)
-        # iovec arrays as flat u64 pairs: setting a u64 costs ~60 ns, a ctypes struct field ~300 ns
-        self.remote = (ctypes.c_uint64 * (2 * max(self.count, 1)))()
-        self.ends: list[int] = []
-        total = 0
-        for i, (addr, size) in enumerate(ranges):
-            self.remote[2 * i] = addr
-            self.remote[2 * i + 1] = size
-            total += size
-            self.ends.append(total)
-        self.total = total
-        self.where = where  #: addr -> (buffer offset, size, iovec index)
-        #: every range as (remote start, remote end, buffer offset, iovec index), by start (``find``)
-        spans = sorted(
-            (addr, addr + size, end - size, i) for i, ((addr, size), end) in enumerate(zip(ranges, self.ends))
-        )
-        self._starts = [span[0] for span in spans]
-        self._spans = spans
-
-    def copy(self, pid: int, local: ctypes.Array) -> int:
-        """Copy every range with one ``process_vm_readv`` into the buffer whose address is ``local[0]``
-        (``local`` is one iovec as a u64 pair); returns how many ranges were copied completely (the kernel
-        stops at the first remote iovec that faults)."""
-        local[1] = self.total
-        n = process_vm_readv(pid, local, 1, self.remote, self.count, 0)
-        return bisect.bisect_right(self.ends, n) if n > 0 else 0
-
-    def find(self, addr: int, size: int, done: int) -> int:
-        """Buffer offset of ``size`` bytes at ``addr`` inside the ranges copied completely (iovec index below
-        ``done``); -1 if none holds them. A planned address is found by its entry in ``where``; any other
-        inside a range, which covers a frame the chain gained where a range spans more than the frames it
-        was built from (coalesced neighbours, the rest of the newest frame's page)."""
-        hit = self.where.get(addr)
-        if hit is not None and hit[1] >= size and hit[2] < done:
-            return hit[0]
-        i = bisect.bisect_right(self._starts, addr) - 1
-        if i < 0:
-            return -1
-        start, end, offset, index = self._spans[i]
-        if addr + size > end or index >= done:
-            return -1
-        return offset + addr - start
-
-
-EMPTY_PLAN = ReadPlan([], {})
-
-
-def build_plan(fixed: list[tuple[int, int]], rest: list[tuple[int, int]]) -> ReadPlan:
-    """A plan for what a capture read: the ``fixed`` reads first and in order (the thread state and the
-    like: they decide whether the rest is needed, so a fault in the tail cannot cost them), then the
-    ``rest`` (frames, code headers) sorted by address and coalesced."""
-    sizes: dict[int, int] = {}
-    for addr, size in rest:
-        if sizes.get(addr, 0) < size:
-            sizes[addr] = size
-    ranges: list[tuple[int, int]] = list(fixed)
-    members: list[list[tuple[int, int]]] = [[entry] for entry in fixed]
-    total = sum(size for _, size in ranges)
-    first_sorted = len(ranges)
-    for addr in sorted(sizes):
-        size = sizes[addr]
-        if len(ranges) > first_sorted:
-            start, length = ranges[-1]
-            end = start + length
-            if addr - end <= COALESCE_GAP:
-                new_end = max(end, addr + size)
-                if total + new_end - end > MAX_PLAN_BYTES:
-                    break
-                ranges[-1] = (start, new_end - start)
-                total += new_end - end
-                members[-1].append((addr, size))
-                continue
-        if len(ranges) >= IOV_MAX or total + size > MAX_PLAN_BYTES:
-            break
-        ranges.append((addr, size))
-        members.append([(addr, size)])
-        total += size
-    where: dict[int, tuple[int, int, int]] = {}
-    offset = 0
-    for index, ((start, length), group) in enumerate(zip(ranges, members)):
-        for addr, size in group:
-            if addr not in where or where[addr][1] < size:
-                where[addr] = (offset + addr - start, size, index)
-        offset += length
-    return ReadPlan(ranges, where)
-
-
-def next_ranges(
-    old: list[tuple[int, int]], needed: list[tuple[int, int]], unread: tuple[int, int] | None
-) -> list[tuple[int, int]]:
-    """What the next plan should cover besides the fixed reads, after a capture that missed reads: the
-    ranges it ``needed``, and those of the ``old`` plan it did not, at most ``KEEP_MIN`` of them or as many
-    as it needed.
-
-    A stack that changes between samples mostly comes back to frames it used before: 3.8-3.10 allocate
-    each call's frame object from a LIFO free list, so a recursion that goes deeper and shallower again
-    reuses the same few objects, and a plan of only the last capture's frames missed each of them in turn,
-    one ``process_vm_readv`` per frame during the stop (a median of 5 per capture on a recursive ``fib``).
-    An old range inside ``unread``, the planned range the capture's prefetch could not read (a freed
-    frame's memory returned to the system), is not kept: the kernel stops at the first range that faults,
-    so it would cut every later prefetch short. A plan grown past twice what a capture needs is rebuilt
-    from that capture alone (``ChainCopier.copy`` asks for it)."""
-    lo, hi = (unread[0], unread[0] + unread[1]) if unread else (0, 0)
-    addrs = {addr for addr, _size in needed}
-    kept = [entry for entry in old if entry[0] not in addrs and not lo <= entry[0] < hi]
-    return needed + kept[: max(KEEP_MIN, len(needed))]
 
 
 class Snapshot:
@@ -207,6 +82,38 @@ class Snapshot:
         self.tid = tid
         self.plan = plan
         return True
+
+
+class ThreadSlot:
+    """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
+    the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
+
+    __slots__ = ("key", "info", "plan", "used", "pending", "snap")
+
+    def __init__(self, key: int, info: ThreadStateInfo) -> None:
+        self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
+        self.info = info
+        self.plan: ReadPlan = EMPTY_PLAN
+        self.snap = Snapshot()  #: the plan's bytes as the last ``CPythonSession.snapshot`` copied them
+        self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then frames and headers
+        #: what the last capture read, whether it missed reads, and the planned range it could not read
+        self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
+
+    def note(self, wanted: Wanted, missed: bool, unread: tuple[int, int] | None) -> None:
+        """During the stop: remember what the capture read (the plan is rebuilt after resume)."""
+        self.pending = (wanted, missed, unread)
+
+    def rebuild(self) -> None:
+        """After resume: the plan for what the last capture asked (nothing to do if it asked nothing)."""
+        if self.pending is None:
+            return
+        (fixed, rest), missed, unread = self.pending
+        if missed:
+            rest = next_ranges(self.used[1], rest, unread)
+        self.used = (fixed, rest)
+        self.plan = build_plan(fixed, rest)
+        self.snap.fit(self.plan)
+        self.pending = None
 
 
 class ScatterReader:

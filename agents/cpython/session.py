@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass
 
 from agents.cpython.anchors import InterpreterFunctions
-from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture, Wanted
+from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, CodeCache
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
-from agents.cpython.scatter import EMPTY_PLAN, ReadPlan, ScatterReader, Snapshot, build_plan, next_ranges
+from agents.cpython.scatter import ScatterReader, ThreadSlot
 from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
@@ -60,38 +60,6 @@ class SessionStats:
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
-
-
-class ThreadSlot:
-    """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
-    the next plan to cover (``pending``: rebuilt after resume, ``scatter.next_ranges`` says how)."""
-
-    __slots__ = ("key", "info", "plan", "used", "pending", "snap")
-
-    def __init__(self, key: int, info: ThreadStateInfo) -> None:
-        self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
-        self.info = info
-        self.plan: ReadPlan = EMPTY_PLAN
-        self.snap = Snapshot()  #: the plan's bytes as the last ``CPythonSession.snapshot`` copied them
-        self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then frames and headers
-        #: what the last capture read, whether it missed reads, and the planned range it could not read
-        self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
-
-    def note(self, wanted: Wanted, missed: bool, unread: tuple[int, int] | None) -> None:
-        """During the stop: remember what the capture read (the plan is rebuilt after resume)."""
-        self.pending = (wanted, missed, unread)
-
-    def rebuild(self) -> None:
-        """After resume: the plan for what the last capture asked (nothing to do if it asked nothing)."""
-        if self.pending is None:
-            return
-        (fixed, rest), missed, unread = self.pending
-        if missed:
-            rest = next_ranges(self.used[1], rest, unread)
-        self.used = (fixed, rest)
-        self.plan = build_plan(fixed, rest)
-        self.snap.fit(self.plan)
-        self.pending = None
 
 
 class CPythonSession:
@@ -208,7 +176,7 @@ class CPythonSession:
         chain grew past the plan (a deeper stack, a new frame object), or met a code object not decoded
         yet, or replaced at its address: a new code object must be decoded while its frame keeps it alive
         (``code.py``). The sampler then stops the thread again at once and calls ``capture``. Plans keep
-        the ranges of earlier captures (``scatter.next_ranges``) and, on 3.11+, the rest of the newest
+        the ranges of earlier captures (``plan.next_ranges``) and, on 3.11+, the rest of the newest
         frame's page (``ChainCopier.copy``), so that is rare: 0-0.5% of the captures of a recursive
         fib(22) recorded at 1 kHz (3.8-3.13), none of a steady chain."""
         if not isinstance(data, ThreadSlot):

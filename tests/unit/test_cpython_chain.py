@@ -14,14 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.cpython import scatter
+from agents.cpython import plan, scatter
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.offsets import TABLES
-from agents.cpython.scatter import PAGE_SIZE, ScatterReader, build_plan
-from agents.cpython.session import CPythonSession, SessionStats, ThreadSlot
+from agents.cpython.plan import build_plan
+from agents.cpython.scatter import PAGE_SIZE, ScatterReader, ThreadSlot
+from agents.cpython.session import CPythonSession, SessionStats
 from agents.cpython.threads import ThreadStateInfo, walk_thread_states
 from profiler.runtime import RECAPTURE
 from profiler.target.ptrace import iovec
@@ -151,7 +152,8 @@ LAYOUTS = [pytest.param(TABLES[v], id=f"{v[0]}.{v[1]}") for v in [(3, 8), (3, 10
 @pytest.fixture
 def target(request, monkeypatch) -> FakeTarget:
     fake = FakeTarget(request.param)
-    monkeypatch.setattr(scatter, "process_vm_readv", fake.readv)
+    monkeypatch.setattr(scatter, "process_vm_readv", fake.readv)  # the walk's reads
+    monkeypatch.setattr(plan, "process_vm_readv", fake.readv)  # a plan's prefetch
     return fake
 
 
@@ -619,7 +621,7 @@ def test_a_plan_that_missed_keeps_its_old_ranges(target):
     a recursion going deeper and back comes back to the same frames) costs one read per capture once the
     plan has seen both, instead of a read per frame the last capture did not have; and what a plan keeps
     stays bounded however many different frames come and go."""
-    from agents.cpython.scatter import KEEP_MIN
+    from agents.cpython.plan import KEEP_MIN
     from agents.cpython.session import ThreadSlot
 
     t = target.layout.thread

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import errno
 
+from profiler.target.ptrace import WNOHANG, user_regs_struct
+
 # The kernel's internal "restart this syscall" codes (include/linux/errno.h). A thread stopped while
 # blocked in an interruptible syscall shows rax = -code and orig_rax = the syscall number.
 ERESTARTSYS = 512
@@ -65,36 +67,31 @@ FUTEX_PRIVATE_FLAG = 128
 FUTEX_CLOCK_REALTIME = 256
 _FUTEX_WAITS = frozenset({FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2})
 
-WNOHANG = 1  #: linux/wait.h: a wait for a child that returns at once
-
 _U64 = 1 << 64
 
 
-def waiting(regs: object) -> bool:
+#: a C ``int`` argument is the low half of its register (the upper half is undefined)
+_INT_BITS = 0xFFFFFFFF
+
+
+def waiting(regs: user_regs_struct) -> bool:
     """True when the registers of a stopped thread show it asleep in the kernel, or just woken from a wait
     and not yet back in user code (the module docstring)."""
-    nr = regs.orig_rax  # type: ignore[attr-defined]
+    nr = regs.orig_rax
     if nr >= 1 << 63:
         return False  # -1 (as the unsigned register holds it): not in a system call
-    if (-regs.rax) % _U64 in _INTERRUPTED:  # type: ignore[attr-defined]
+    if (-regs.rax) % _U64 in _INTERRUPTED:
         return True
     if nr in _ALWAYS_WAIT:
         return True
     if nr == SYS_FUTEX:
-        command = regs.rsi & 0xFFFFFFFF & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)  # type: ignore[attr-defined]
-        return command in _FUTEX_WAITS
+        return regs.rsi & _INT_BITS & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) in _FUTEX_WAITS
     if nr == SYS_POLL:
-        return _as_int(regs.rdx) != 0  # type: ignore[attr-defined]
+        return regs.rdx & _INT_BITS != 0  # the timeout in ms: 0 returns at once, negative waits for ever
     if nr == SYS_EPOLL_WAIT or nr == SYS_EPOLL_PWAIT:
-        return _as_int(regs.r10) != 0  # type: ignore[attr-defined]
+        return regs.r10 & _INT_BITS != 0  # the same timeout, the fourth argument
     if nr == SYS_WAIT4:
-        return not regs.rdx & WNOHANG  # type: ignore[attr-defined]
+        return not regs.rdx & WNOHANG
     if nr == SYS_WAITID:
-        return not regs.r10 & WNOHANG  # type: ignore[attr-defined]
+        return not regs.r10 & WNOHANG
     return False
-
-
-def _as_int(register: int) -> int:
-    """A C ``int`` argument, from the low 32 bits of its register (the upper half is undefined)."""
-    low = register & 0xFFFFFFFF
-    return low - (1 << 32) if low >= 1 << 31 else low

@@ -23,6 +23,7 @@ import os
 import time
 
 from benchmarks import sampler_cli
+from profiler.sampling.priority import FIFO_PRIORITY
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
 
@@ -46,7 +47,7 @@ def main() -> None:
     local_ref, remote_ref = ctypes.byref(local), ctypes.byref(remote)
     alarm = ThreadAlarm() if args.wait == "alarm" else None
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # as the C floor, once
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))  # as the C floor, once
     except PermissionError:
         pass  # normal priority, as nprof falls back
     threads = {}

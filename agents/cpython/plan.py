@@ -13,9 +13,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 
-# python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
-# (iovec arrays go as their address, counts as C ints). Every iovec here is a pair of u64s (iov_base,
-# iov_len): the kernel's struct iovec on x86-64.
+# the ctypes binding of profiler.target.ptrace, called as scatter.py calls it (iovecs as u64 pairs)
 from profiler.target.ptrace import _process_vm_readv as process_vm_readv
 
 #: Linux UIO_MAXIOV: the most iovecs one process_vm_readv accepts

@@ -7,11 +7,11 @@ stack would keep the thread stopped ~50 us for its reads alone.
 
 But a thread's chain changes little between two samples. So each thread keeps a ``ReadPlan`` (``plan.py``):
 the ranges its previous capture needed. One scatter read fetches them all at the start of the next capture
-(into the thread's ``Snapshot``, kept in its ``ThreadSlot``); the walk then takes each frame from that copy if its address was in the plan and
-reads only the addresses that are new. The copy is exact, not a guess: every byte was read during *this*
-stop, so whatever lives at a planned address now is what the walk sees. A stale plan only costs the extra
-reads, and a planned address that became unmapped just ends the scatter read early (the kernel stops at the
-first faulting remote iovec); the walk then reads the rest one by one.
+(into the thread's ``Snapshot``, kept in its ``ThreadSlot``); the walk then takes each frame from that copy if
+its address was in the plan and reads only the addresses that are new. The copy is exact, not a guess: every
+byte was read during *this* stop, so whatever lives at a planned address now is what the walk sees. A stale
+plan only costs the extra reads, and a planned address that became unmapped just ends the scatter read early
+(the kernel stops at the first faulting remote iovec); the walk then reads the rest one by one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 import struct
-
 from typing import TYPE_CHECKING
 
 from agents.cpython.plan import EMPTY_PLAN, IOV_MAX, ReadPlan, build_plan, next_ranges

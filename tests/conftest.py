@@ -107,6 +107,20 @@ def callback_lib(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def loader_and_libs(build_dir) -> tuple[str, list[str]]:
+    """tests/targets/loader.c, and 12 copies of loaded_lib.c's library (one new mapping each), without
+    frame pointers."""
+    import shutil
+
+    loader = build_c("loader.c", build_dir, NO_FRAME_POINTERS, name="loader")
+    lib = build_c("loaded_lib.c", build_dir, (*NO_FRAME_POINTERS, "-shared", "-fPIC"), name="loaded_lib.so")
+    copies = [os.path.join(build_dir, f"loaded_lib{i}.so") for i in range(12)]
+    for copy in copies:
+        shutil.copyfile(lib, copy)
+    return loader, copies
+
+
+@pytest.fixture(scope="session")
 def chain_nofp(build_dir) -> str:
     """tests/targets/chain.c without frame pointers: only DWARF CFI can unwind it."""
     return build_c("chain.c", build_dir, NO_FRAME_POINTERS, name="chain-nofp")

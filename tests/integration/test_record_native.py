@@ -130,3 +130,21 @@ def test_busy_thread_is_stopped_at_rates_above_the_scheduler_tick(chain_fp, tmp_
     held, p90 = session.counters["stop_held_median_ns"], session.counters["stop_held_p90_ns"]
     assert 0 < held <= p90 < 1_000_000_000, session.counters
     assert "threads were held" in result.stdout
+
+
+def test_libraries_loaded_while_recording_are_named_at_once(loader_and_libs, tmp_path):
+    """A program that loads libraries as it runs (Python importing numpy loads a dozen): the samples in a
+    new library are named from its first one. The target loads 12 libraries, 30 ms in each, after nprof
+    has read its maps; nprof used to read the maps again at most every 200 ms and showed most of these
+    samples as bare addresses."""
+    loader, libs = loader_and_libs
+    out = str(tmp_path / "loader.speedscope.json")
+    with running_target([loader, "30", *libs]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-r", "1000", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert target.wait(timeout=30) == 0
+    [profile] = read_speedscope(out)
+    bare, total = share(profile.stacks, lambda s: any(name.startswith("0x") for name in s))
+    hot, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot")))
+    assert hot / total >= 0.5, f"{hot}/{total} samples in the loaded libraries' hot()"
+    assert bare / total <= 0.01, f"{bare}/{total} samples hold a bare address"

@@ -90,8 +90,10 @@ class FakeSpace:
         self.modules = [app, jit]
         self.entries = [ModuleEntry(0x1000, 0x4000, app, FakeObject(app_table())),  # type: ignore[arg-type]
                         ModuleEntry(0x5000, 0x6000, jit, FakeObject(None))]  # type: ignore[arg-type]  # fmt: skip
+        self.code: dict[int, bool] = {}  #: avma looked up -> whether the unwinder said it is code
 
-    def find(self, avma: int) -> ModuleEntry | None:
+    def find(self, avma: int, code: bool = False) -> ModuleEntry | None:
+        self.code[avma] = code
         return next((e for e in self.entries if e.start <= avma < e.end), None)
 
 
@@ -145,6 +147,8 @@ def test_cfi_frames_mixed_with_frame_pointer_frames() -> None:
     ]
     assert out.stop == StopReason.END_OF_STACK
     assert [f.avma for f in out.frames] == [0x1010, 0x1150, 0x5020, 0x1250, 0x1310]
+    # only the pc from the rbp chain may be data: a miss on any other reads the maps again at once
+    assert space.code == {0x1010: True, 0x114F: True, 0x501F: True, 0x124F: False, 0x130F: True}
 
 
 def test_callee_saved_registers_are_restored_and_caller_saved_forgotten() -> None:

@@ -1,0 +1,55 @@
+/* Test target: a program that loads libraries while it is being profiled, and runs in each at once.
+ *
+ *   main -> run_library -> hot (in the library just loaded)
+ *
+ * argv[1]: readiness fd, written once the program runs; argv[2]: milliseconds to spend in each library;
+ * argv[3...]: the libraries (copies of loaded_lib.c's build under different names, so each is a new
+ * mapping). The first is loaded once a tracer has attached (TracerPid in /proc/self/status), so that
+ * every load happens after the profiler read the maps: a profiler that does not read them again when a
+ * thread runs in unknown code shows these samples as bare addresses.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+volatile int loaded; /* counted after each hot(), so that the call is not a tail call */
+
+static int traced(void) {
+    char line[256];
+    int pid = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "TracerPid:", 10) == 0) pid = atoi(line + 10);
+    fclose(f);
+    return pid != 0;
+}
+
+NOINLINE void run_library(const char *path, long ms) {
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        fprintf(stderr, "%s\n", dlerror());
+        exit(1);
+    }
+    void (*hot)(long) = (void (*)(long))dlsym(handle, "hot");
+    if (!hot) exit(1);
+    hot(ms * 1000000L);
+    loaded++;
+    /* never dlclose: the profiler may still be unwinding this library's samples */
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    int ready_fd = atoi(argv[1]);
+    if (write(ready_fd, "ready\n", 6) != 6) return 1;
+    close(ready_fd);
+    struct timespec poll = {0, 1000000}; /* 1 ms between looks at TracerPid */
+    while (!traced()) nanosleep(&poll, NULL);
+    for (int i = 3; i < argc; i++) run_library(argv[i], atol(argv[2]));
+    return 0;
+}

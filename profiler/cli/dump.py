@@ -64,13 +64,14 @@ def snapshot(
     config = SamplerConfig(native=native, interrupt_sleeping=True)
     sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
+    before = procfs.thread_states(pid)  # the seize turns a job-control stop ("T") into a tracing stop ("t")
     target = sampler.add_process(pid)
     agent = target.agent
     locals_of = getattr(agent, "locals", None) if with_locals else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
         records = sampler.tracer.seized.sync(pid)
-        states = {r.tid: r.proc.state() or "?" for r in records}
+        states = {r.tid: before.get(r.tid) or r.proc.state() or "?" for r in records}
         with sampler.tracer.hold(records, copy_stack=native, agent_capture=sampler.agent_capture) as captures:
             if locals_of is not None:
                 for c in captures:

@@ -63,8 +63,11 @@ class IdleCheck:
             state.last_slices = slices
             cls = state.last_class
             return self._count_again(state, cls if cls in IDLE_CLASSES or letter == "R" else SampleClass.IDLE)
-        if not self.interrupt_sleeping and (letter in _ASLEEP or letter in _HALTED):
-            # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack
+        halted_with_a_stack = letter in _HALTED and state.last_stack is not None
+        if not self.interrupt_sleeping and (letter in _ASLEEP or halted_with_a_stack):
+            # it ran, but sleeps now (or is job-control stopped): leave it alone, count its last stack. A
+            # stopped thread without one yet (stopped before the attach) is stopped once for it: nothing
+            # runs in it that the stop could disturb, and the tracer keeps its job-control stop.
             state.last_run_time, state.last_slices = run_time, slices
             return self._count_again(state, SampleClass.BLOCKED if letter in _ASLEEP else SampleClass.IDLE)
         state.run_time_at_stop, state.slices_at_stop = run_time, slices

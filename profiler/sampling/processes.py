@@ -61,6 +61,12 @@ class SampledProcesses:
         # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
         # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
         target = self._make_target(process, fresh)
+        if process.job_stopped:
+            self.notice(
+                f"pid {pid} ({process.comm}) is stopped (SIGSTOP, SIGTSTP or Ctrl-Z), and nprof leaves it so: "
+                "its threads stay where they stopped, and a recording counts them as idle (--idle shows "
+                f"them) until it is continued (kill -CONT {pid})."
+            )
         self.tracer.add_process(process)
         self.targets[pid] = target
         self.children.remember(pid)

@@ -43,7 +43,10 @@ class StackRecorder:
         r = capture.slot.regs
         state.sampled()
         state.fs_base = r.fs_base
-        cls = SampleClass.BLOCKED if syscalls.waiting(r) else SampleClass.RUNNING
+        if capture.thread.group_stopped:  # stopped by job control: its registers say where, not that it runs
+            cls = SampleClass.IDLE
+        else:
+            cls = SampleClass.BLOCKED if syscalls.waiting(r) else SampleClass.RUNNING
         self._track_stack_mapping(target, capture.thread, r.rsp)
         native: list[NativeFrame] = []
         stop = StopReason.NO_STACK_COPY

@@ -38,6 +38,9 @@ class TargetProcess:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        #: stopped by job control (SIGSTOP, SIGTSTP, Ctrl-Z) when first looked at: once seized, its threads
+        #: show as in a tracing stop (proc(5) "t") instead, and nprof leaves them stopped
+        self.job_stopped = False
         self._check_exists()
         self._check_kernel_thread()
         self._check_architecture()
@@ -61,6 +64,7 @@ class TargetProcess:
                 f"Process {self.pid} ({status.name}) is a zombie: it has exited and only waits for its "
                 "parent to collect its status, so it has no threads to sample.",
             )
+        self.job_stopped = status.state == "T"
 
     def _check_kernel_thread(self) -> None:
         if procfs.is_kernel_thread(self.pid):

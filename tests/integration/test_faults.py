@@ -28,6 +28,13 @@ def run_time(pid: int) -> int:
         return int(f.read().split()[0])
 
 
+def user_time(pid: int) -> int:
+    """Clock ticks the process spent in user mode (proc(5) field 14): what its own code ran, unlike the run
+    time, which also counts the kernel's work for nprof's stops."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[11])
+
+
 def attached_by(pid: int, tracer: int) -> bool:
     states = thread_states(pid)
     return bool(states) and all(t == tracer for _s, t in states.values())
@@ -137,6 +144,32 @@ def test_job_control_stop_is_kept(chain_fp, tmp_path):
         assert wait_until(lambda: attached_by(target.pid, 0))
         state = process_state(target.pid)
         assert state is not None and state[0] == "T", f"the job-control stop was lost: {state}"
+        os.kill(target.pid, signal.SIGCONT)
+        assert wait_until(lambda: process_state(target.pid)[0] in ("R", "S"))
+        assert_running_free(target.pid)
+
+
+def test_a_target_stopped_before_the_attach_stays_stopped(chain_fp, tmp_path):
+    """A process already stopped by job control is recorded without running a single instruction: nprof
+    says so, counts its threads as idle (shown with --idle), and leaves it stopped; SIGCONT resumes it."""
+    out = str(tmp_path / "stopped.speedscope.json")
+    with running_target([chain_fp]) as target:
+        os.kill(target.pid, signal.SIGSTOP)
+        assert wait_until(lambda: process_state(target.pid)[0] == "T")
+        before = user_time(target.pid)
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "--idle", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert f"pid {target.pid} (chain-fp) is stopped" in result.stderr
+        assert user_time(target.pid) == before, "the stopped target ran while recorded"
+        assert wait_until(lambda: attached_by(target.pid, 0))
+        assert process_state(target.pid)[0] == "T", "the job-control stop was lost"
+        [profile] = read_speedscope(out)
+        # with --idle, the thread shows where it stopped (anywhere from its "ready" write on), and only there
+        [stack] = profile.stacks
+        assert stack[:4] == ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main"), stack
+        dump = run_nprof("dump", "--pid", str(target.pid))
+        assert dump.returncode == 0, dump.stderr
+        assert "[stopped]" in dump.stdout, dump.stdout
         os.kill(target.pid, signal.SIGCONT)
         assert wait_until(lambda: process_state(target.pid)[0] in ("R", "S"))
         assert_running_free(target.pid)

@@ -58,6 +58,17 @@ def test_thread_asleep_since_attach_is_stopped_once_it_runs():
     assert s.idle.reuse(record, state) is False
 
 
+def test_thread_stopped_since_before_the_attach_is_stopped_once_for_its_stack():
+    s, record, state = sampler(), Record(ScriptedProc(letter="t")), ThreadState(index=0)
+    assert s.idle.reuse(record, state) is False  # no stack yet: nothing runs that a stop could disturb
+    state.last_stack, state.last_class = 3, SampleClass.IDLE  # what recording that stop leaves
+    state.last_run_time, state.last_slices = record.proc.run_time, record.proc.slices
+    record.proc.run_time += IDLE_EPSILON_NS // 2  # the kernel's work for the stop
+    record.proc.slices += 1
+    assert all(s.idle.reuse(record, state) for _ in range(10))
+    assert s.session.total_samples == 10 and state.last_class is SampleClass.IDLE
+
+
 def test_sleeping_threads_are_stopped_with_interrupt_sleeping():
     s, record, state = sampler(interrupt_sleeping=True), Record(), ThreadState(index=0)
     assert s.idle.reuse(record, state) is False  # never sampled: its stack is wanted, asleep or not

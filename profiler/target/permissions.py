@@ -70,7 +70,7 @@ def diagnose_attach_failure(pid: int, err: int) -> PermissionDenied:
             "the process may be non-dumpable (setuid, or it called prctl(PR_SET_DUMPABLE, 0)); only a "
             "tracer with CAP_SYS_PTRACE may attach to it, so run nprof with sudo"
         )
-    if in_container():
+    if in_container() and not capable:  # with the capability, the container is not what refused
         reasons.append(
             "nprof runs in a container, which needs the capability: start it with "
             "`docker run --cap-add SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])"

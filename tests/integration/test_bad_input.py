@@ -9,6 +9,7 @@ import tempfile
 
 import pytest
 
+from profiler.target.permissions import has_cap_sys_ptrace
 from tests.support.elf32 import write_i386_binary
 from tests.support.targets import nprof_command, run_nprof, running_target, stop, wait_until
 
@@ -57,6 +58,23 @@ def test_permission_denied(tmp_path):
         assert "SYS_PTRACE" in result.stderr  # the container advice, or the capability to grant
     finally:
         stop(target)
+
+
+def test_target_already_traced(chain_fp, tmp_path):
+    """A second profiler (or a debugger) on the same process: the error names the tracer that holds it."""
+    with running_target([chain_fp]) as target:
+        first = subprocess.Popen(nprof_command("record", "--pid", str(target.pid), "-o", str(tmp_path / "1.json")),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            assert wait_until(lambda: f"TracerPid:\t{first.pid}\n" in open(f"/proc/{target.pid}/status").read())
+            result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "2.json"))
+            assert_error(result, 4, "Permission denied", f"already being traced by pid {first.pid}",
+                         "only one tracer")  # fmt: skip
+            if has_cap_sys_ptrace():  # then a container's missing capability is not what refused
+                assert "container" not in result.stderr
+        finally:
+            first.terminate()
+            first.wait(timeout=60)
 
 
 def without_sys_nice(*args: str) -> list[str]:

@@ -42,6 +42,7 @@ class TargetProcess:
         #: show as in a tracing stop (proc(5) "t") instead, and nprof leaves them stopped
         self.job_stopped = False
         self._check_exists()
+        self._check_not_self()
         self._check_kernel_thread()
         self._check_architecture()
         self.cmdline = procfs.read_cmdline(pid)
@@ -65,6 +66,13 @@ class TargetProcess:
                 "parent to collect its status, so it has no threads to sample.",
             )
         self.job_stopped = status.state == "T"
+
+    def _check_not_self(self) -> None:
+        if self.pid == os.getpid():  # ptrace(2): the kernel refuses to let a thread group trace itself
+            raise TargetError(
+                f"Process {self.pid} is this nprof itself; a process cannot trace its own threads.",
+                "Give the pid of the program to profile, or start it under nprof: nprof record -- CMD ARGS...",
+            )
 
     def _check_kernel_thread(self) -> None:
         if procfs.is_kernel_thread(self.pid):

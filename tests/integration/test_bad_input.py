@@ -34,6 +34,13 @@ def test_pid_that_does_not_exist():
     assert_error(run_nprof("record", "--pid", str(pid), "-d", "1"), 3, f"No process with pid {pid}")
 
 
+def test_nprof_itself():
+    # exec keeps the shell's pid, so $$ is nprof's own pid
+    result = subprocess.run(["sh", "-c", 'exec "$@" --pid $$ -d 1', "sh", *nprof_command("record")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert_error(result, 3, "is this nprof itself")
+
+
 def test_kernel_thread():
     with open("/proc/2/stat") as f:
         flags = int(f.read().rsplit(")", 1)[1].split()[6])

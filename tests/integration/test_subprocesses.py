@@ -80,3 +80,22 @@ def test_the_summary_gives_the_targets_own_exit_status(tmp_path):
     assert "target exited (status 0)" in result.stdout, result.stdout
     statuses = Session.load(str(tmp_path / "family.nprof")).meta.exit_status
     assert sorted(statuses.values()) == [-signal.SIGTERM, 0], statuses
+
+
+_SPAWNS_SHORT_CHILDREN = """
+import subprocess, time
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    subprocess.run(["true"])
+"""
+
+
+def test_children_that_exit_before_the_attach_are_not_news(tmp_path):
+    """A parent running short commands back to back (a build, a shell script): a child gone before nprof
+    could attach it is counted, not reported."""
+    out = str(tmp_path / "spawner.folded")
+    result = run_nprof("record", "--subprocesses", "-o", out, "--", sys.executable, "-c", _SPAWNS_SHORT_CHILDREN)
+    assert result.returncode == 0, result.stderr
+    assert "not following child" not in result.stderr, result.stderr
+    counters = Session.load(str(tmp_path / "spawner.nprof")).counters
+    assert "children_not_followed" not in counters, counters

@@ -100,6 +100,11 @@ def forker_fp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def vm_sharer_fp(build_dir) -> str:
+    return build_c("vm_sharer.c", build_dir, FRAME_POINTERS, name="vm-sharer-fp")
+
+
+@pytest.fixture(scope="session")
 def callback_lib(build_dir) -> str:
     """tests/targets/callback_lib.c as a shared library, without frame pointers."""
     return build_c("callback_lib.c", build_dir, ("-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"),

@@ -16,7 +16,7 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.errors import NprofError
 from profiler.runtime import Agent
-from profiler.sampling.children import ChildWatcher, children_of
+from profiler.sampling.children import ChildWatcher, children_of, shares_memory
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess
@@ -130,6 +130,8 @@ class SampledProcesses:
                 continue
             tids = [r.tid for r in seized.records.values() if r.pid == pid]
             for child in children_of(pid, tids) - self.targets.keys():
+                if shares_memory(pid, child):  # a vfork child before its exec: looked at again next scan
+                    continue
                 try:
                     self.add(child, fresh=True)
                 except NprofError as e:

@@ -99,3 +99,16 @@ def test_children_that_exit_before_the_attach_are_not_news(tmp_path):
     assert "not following child" not in result.stderr, result.stderr
     counters = Session.load(str(tmp_path / "spawner.nprof")).counters
     assert "children_not_followed" not in counters, counters
+
+
+def test_a_child_sharing_its_parents_memory_is_not_followed(vm_sharer_fp, tmp_path):
+    """A vfork child before its exec runs in its parent's memory: what nprof would read as its stack and its
+    runtime's state is the parent's. It is followed only once it has exec'd (this one never does)."""
+    out = str(tmp_path / "shared.folded")
+    with running_target([vm_sharer_fp]) as target:
+        [child] = traced_children(target.pid)
+        result = run_nprof("record", "--subprocesses", "--pid", str(target.pid), "-d", "1", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert tracer_of(child) == 0 and tracer_of(target.pid) == 0
+    meta = Session.load(str(tmp_path / "shared.nprof")).meta
+    assert set(meta.processes) == {target.pid}, meta.processes

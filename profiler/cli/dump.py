@@ -84,7 +84,7 @@ def snapshot(
     except BaseException:
         sampler.tracer.detach_all()
         raise
-    resolve(session, sampler.modules.objects, {agent.name: agent} if agent else {})
+    resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
     threads = []
     info = session.frame_info or []
     kinds = session.frames.kinds()

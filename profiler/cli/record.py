@@ -195,7 +195,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     finally:
         status.clear()
         sampler.close()
-    resolve(session, sampler.modules.objects, {t.agent.name: t.agent for t in sampler.targets.values() if t.agent})
+    resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
     why = _why_it_ended(sampler, stop, config)
     written = _write_outputs(session, output, exporter, export)
     print(f"nprof: {why}; {session.total_samples:,} samples of {len(session.threads)} thread(s) in "

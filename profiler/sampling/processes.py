@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.errors import NprofError
-from profiler.runtime import Agent
+from profiler.runtime import Agent, AgentSession
 from profiler.sampling.children import ChildWatcher, children_of, shares_memory
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
@@ -46,6 +46,10 @@ class SampledProcesses:
         self.notice = notice  #: a message for the user, also kept in the session
         self.modules = ModuleRegistry()
         self.targets: dict[int, Target] = {}
+        #: every agent session of the recording by its label in ``session.agents`` ("cpython:PID"), kept
+        #: after its process exits or execs: the symbolizer names each runtime frame with the session that
+        #: captured it, since code addresses mean nothing in another process
+        self.agent_sessions: dict[str, AgentSession] = {}
         self.children = ChildWatcher()
         #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
         #: their agents change, not asked of every target each tick
@@ -88,12 +92,22 @@ class SampledProcesses:
             if target.detection_pending:
                 self._no_runtime(target)
 
+    def _register_agent(self, agent: AgentSession, pid: int) -> int:
+        """The index in ``session.agents`` of a newly found agent session: its own label, even where the same
+        pid had another program before an exec."""
+        label, again = f"{agent.name}:{pid}", 1
+        while label in self.agent_sessions:
+            again += 1
+            label = f"{agent.name}:{pid}:{again}"
+        self.agent_sessions[label] = agent
+        return self.session.agent_index(label)
+
     def _note_agents(self) -> None:
         self.any_agent = any(target.agent is not None for target in self.targets.values())
 
     def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
         target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
-        if not target.detect(self.agents, self.session.agent_index, fresh) and not target.detection_pending:
+        if not target.detect(self.agents, self._register_agent, fresh) and not target.detection_pending:
             self._no_runtime(target)
         self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
@@ -106,7 +120,7 @@ class SampledProcesses:
             if not target.detection_pending:
                 continue
             target.process.refresh_maps()
-            if not target.detect(self.agents, self.session.agent_index) and now >= target.detect_until:
+            if not target.detect(self.agents, self._register_agent) and now >= target.detect_until:
                 self._no_runtime(target)
 
     def _no_runtime(self, target: Target) -> None:

@@ -61,15 +61,19 @@ class Target:
         self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
 
-    def detect(self, agents: Sequence[Agent], agent_index: Callable[[str], int], fresh: bool = False) -> bool:
+    def detect(
+        self, agents: Sequence[Agent], register: Callable[[AgentSession, int], int], fresh: bool = False
+    ) -> bool:
         """Look for a managed runtime. False if none (yet): ``fresh`` processes get a grace period in which
-        ``detection_pending`` asks for another look."""
+        ``detection_pending`` asks for another look. ``register`` gives the agent session found its index
+        among the recording's agent sessions (one per process and program: the runtime frames it keys
+        name code of this process only)."""
         reasons = []
         for agent in agents:
             session = agent.detect(self.process)
             if session is not None:
                 self.agent = session
-                self.agent_index = agent_index(session.name)
+                self.agent_index = register(session, self.process.pid)
                 self.refresh = getattr(session, "refresh", None)
                 snapshot, settle = getattr(session, "snapshot", None), getattr(session, "settle", None)
                 if snapshot is not None and settle is not None:

@@ -112,3 +112,41 @@ def test_a_child_sharing_its_parents_memory_is_not_followed(vm_sharer_fp, tmp_pa
         assert tracer_of(child) == 0 and tracer_of(target.pid) == 0
     meta = Session.load(str(tmp_path / "shared.nprof")).meta
     assert set(meta.processes) == {target.pid}, meta.processes
+
+
+_PYTHON_FAMILY = """
+import subprocess, sys, time
+
+CHILD = '''
+import time
+def child_work():
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        sum(range(1000))
+child_work()
+'''
+
+def parent_work():
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        sorted(range(1000), reverse=True)
+
+for _ in range(2):
+    parent_work()
+    subprocess.run([sys.executable, "-c", CHILD], check=True)
+"""
+
+
+def test_python_children_have_their_own_python_frames(tmp_path):
+    """Python processes started by a Python process: each one's frames are named from its own memory (a
+    code object's address means nothing in another process)."""
+    out = str(tmp_path / "family.speedscope.json")
+    result = run_nprof("record", "--subprocesses", "-r", "200", "-o", out, "--", sys.executable, "-c", _PYTHON_FAMILY)
+    assert result.returncode == 0, result.stderr
+    profiles = read_speedscope(out)
+    stacks = [s for p in profiles for s in p.stacks]
+    unknown = [s for s in stacks if "<unknown Python code>" in s]
+    assert not unknown, f"{len(unknown)} of {len(stacks)} stacks hold unknown Python code: {unknown[:2]}"
+    children = [p for p in profiles if any("child_work" in s for s in p.stacks)]
+    assert len(children) == 2, [p.name for p in profiles]
+    assert any("parent_work" in s for p in profiles for s in p.stacks)

@@ -7,6 +7,8 @@ bug (and then with a request to report it).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -77,6 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nprof: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Whoever read the output left (`nprof dump --pid P | head`): end as a shell tool ends on SIGPIPE,
+        # quietly. Output files were written before anything is printed. Python flushes stdout again at
+        # exit, so it is pointed at /dev/null first (the Python docs' note on SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception:
         traceback.print_exc()
         print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 
@@ -11,7 +12,7 @@ import pytest
 
 from profiler.target.permissions import has_cap_sys_ptrace
 from tests.support.elf32 import write_i386_binary
-from tests.support.targets import nprof_command, run_nprof, running_target, stop, wait_until
+from tests.support.targets import assert_running_free, nprof_command, run_nprof, running_target, stop, wait_until
 
 
 def assert_error(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
@@ -82,6 +83,19 @@ def test_target_already_traced(chain_fp, tmp_path):
         finally:
             first.terminate()
             first.wait(timeout=60)
+
+
+def test_output_piped_into_a_reader_that_leaves(chain_fp):
+    """`nprof dump --pid P | head -1`: the reader is gone before nprof prints; nprof ends quietly, as a
+    shell tool ends on SIGPIPE, and the target runs on."""
+    with running_target([chain_fp]) as target:
+        dump = subprocess.Popen(nprof_command("dump", "--pid", str(target.pid)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        dump.stdout.close()  # before nprof has printed anything
+        stderr = dump.stderr.read()
+        assert dump.wait(timeout=60) == 128 + signal.SIGPIPE, stderr
+        assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+        assert_running_free(target.pid)
 
 
 def without_sys_nice(*args: str) -> list[str]:

@@ -64,20 +64,22 @@ def snapshot(
     config = SamplerConfig(native=native, interrupt_sleeping=True)
     sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
-    before = procfs.thread_states(pid)  # the seize turns a job-control stop ("T") into a tracing stop ("t")
     target = sampler.add_process(pid)
     agent = target.agent
     locals_of = getattr(agent, "locals", None) if with_locals else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
         records = sampler.tracer.seized.sync(pid)
-        states = {r.tid: before.get(r.tid) or r.proc.state() or "?" for r in records}
+        states = {r.tid: r.proc.state() or "?" for r in records}
         with sampler.tracer.hold(records, copy_stack=native, agent_capture=sampler.agent_capture) as captures:
             if locals_of is not None:
                 for c in captures:
                     if c.agent_data is not None:
                         local_vars[c.thread.tid] = locals_of(c.agent_data)
         gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
+        for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
+            if c.thread.group_stopped:
+                states[c.thread.tid] = "T"
         for c in captures:
             sampler.record(c)
         sampler.close()

@@ -73,16 +73,6 @@ def list_threads(pid: int) -> list[int]:
         return []
 
 
-def thread_states(pid: int) -> dict[int, str]:
-    """tid -> the one-letter scheduler state (proc(5) field 3) of every thread of ``pid`` now."""
-    states = {}
-    for tid in list_threads(pid):
-        text = read_text(f"/proc/{pid}/task/{tid}/stat")
-        if text is not None:
-            states[tid] = split_stat(text)[3]
-    return states
-
-
 def read_cmdline(pid: int) -> list[str]:
     text = read_text(f"/proc/{pid}/cmdline")
     if not text:

@@ -8,22 +8,12 @@ found the same way once their parent is followed.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from collections.abc import Iterable
 
-from profiler.target.libc import libc
-
 #: time between two scans for new children or execs
 SCAN_INTERVAL = 0.1
-
-#: kcmp(2): its x86-64 system call number (arch/x86/entry/syscalls/syscall_64.tbl; glibc has no wrapper),
-#: and KCMP_VM from linux/kcmp.h: "do the two processes share one address space"
-SYS_KCMP = 312
-KCMP_VM = 1
-_syscall = libc.syscall
-_syscall.restype = ctypes.c_long
 
 
 def children_of(pid: int, tids: Iterable[int]) -> set[int]:
@@ -35,15 +25,6 @@ def children_of(pid: int, tids: Iterable[int]) -> set[int]:
         except (FileNotFoundError, ProcessLookupError):
             continue
     return out
-
-
-def shares_memory(pid: int, child: int) -> bool:
-    """Whether ``child`` runs in ``pid``'s address space: a vfork child before its exec (``subprocess`` and
-    ``posix_spawn`` make these), or a clone with CLONE_VM. Its memory, stack and runtime state are the
-    parent's until it execs, and the parent waits for it, so it is followed only after its exec. False
-    where kcmp cannot tell (a kernel without it: ENOSYS)."""
-    return _syscall(ctypes.c_long(SYS_KCMP), ctypes.c_long(pid), ctypes.c_long(child), ctypes.c_long(KCMP_VM),
-                    ctypes.c_long(0), ctypes.c_long(0)) == 0  # fmt: skip
 
 
 def exe_identity(pid: int) -> tuple[int, int] | None:

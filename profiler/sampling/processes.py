@@ -16,11 +16,11 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.errors import NprofError
 from profiler.runtime import Agent, AgentSession
-from profiler.sampling.children import ChildWatcher, children_of, shares_memory
+from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
-from profiler.target.process import TargetProcess
-from profiler.target.procfs import read_cmdline, read_comm, read_status
+from profiler.target.process import TargetProcess, shares_memory
+from profiler.target.procfs import process_alive, read_cmdline, read_comm
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -149,13 +149,8 @@ class SampledProcesses:
                 try:
                     self.add(child, fresh=True)
                 except NprofError as e:
-                    if not self._alive(child):  # it was short-lived: the usual case for children, no news
+                    if not process_alive(child):  # it was short-lived: the usual case for children, no news
                         self.session.count("children_exited_before_attach")
                         continue
                     self.session.count("children_not_followed")
                     self.notice(f"not following child {child}: {e.message}")
-
-    @staticmethod
-    def _alive(pid: int) -> bool:
-        status = read_status(pid)
-        return status is not None and status.state not in ("Z", "X")

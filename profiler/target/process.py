@@ -9,8 +9,16 @@ import struct
 
 from profiler.errors import NoSuchProcess, TargetError
 from profiler.target import procfs
+from profiler.target.libc import libc
 from profiler.target.maps import Mapping, MappingIndex, read_maps
 from profiler.target.ptrace import StackReader
+
+#: kcmp(2): its x86-64 system call number (arch/x86/entry/syscalls/syscall_64.tbl; glibc has no wrapper),
+#: and KCMP_VM from linux/kcmp.h: "do the two processes share one address space"
+SYS_KCMP = 312
+KCMP_VM = 1
+_syscall = libc.syscall
+_syscall.restype = ctypes.c_long
 
 EM_X86_64 = 62  # ELF gABI e_machine
 _EI_CLASS_64 = 2
@@ -31,6 +39,14 @@ def foreign_architecture(header: bytes) -> str | None:
     name = _MACHINE_NAMES.get(machine, f"e_machine {machine}")
     bits = "64" if header[4] == _EI_CLASS_64 else "32"
     return f"a {bits}-bit {name} executable"
+
+
+def shares_memory(pid: int, child: int) -> bool:
+    """Whether ``child`` runs in ``pid``'s address space: a vfork child before its exec (``subprocess`` and
+    ``posix_spawn`` make these), or a clone with CLONE_VM. Its memory, stack and runtime state are the
+    parent's until it execs. False where kcmp cannot tell (a kernel without it: ENOSYS)."""
+    args = (SYS_KCMP, pid, child, KCMP_VM, 0, 0)
+    return _syscall(*(ctypes.c_long(a) for a in args)) == 0
 
 
 class TargetProcess:
@@ -120,8 +136,7 @@ class TargetProcess:
         return self.maps
 
     def alive(self) -> bool:
-        status = procfs.read_status(self.pid)
-        return status is not None and status.state not in ("Z", "X")
+        return procfs.process_alive(self.pid)
 
     def read(self, addr: int, size: int) -> bytes:
         """Target memory (process_vm_readv); shorter than ``size`` where the mapping ends, b"" on error."""

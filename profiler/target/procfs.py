@@ -59,6 +59,12 @@ def read_status(pid: int) -> ProcessStatus | None:
     )
 
 
+def process_alive(pid: int) -> bool:
+    """The process exists and has not exited: a zombie (Z) or dead (X) one only waits to be reaped."""
+    status = read_status(pid)
+    return status is not None and status.state not in ("Z", "X")
+
+
 def is_kernel_thread(pid: int) -> bool:
     text = read_text(f"/proc/{pid}/stat")
     if text is None:

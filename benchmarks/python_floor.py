@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--wait", choices=("sleep", "alarm"), default="sleep")
     args = p.parse_args()
     pid = args.pid
-    ptrace, waitpid, readv = pt.raw_ptrace, pt._waitpid, pt._process_vm_readv
+    ptrace, waitpid, readv = pt.raw_ptrace, pt.raw_waitpid, pt.raw_process_vm_readv
     status = ctypes.c_int()
     status_ref = ctypes.byref(status)
     regs = pt.user_regs_struct()

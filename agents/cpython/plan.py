@@ -14,7 +14,7 @@ import bisect
 import ctypes
 
 # the ctypes binding of profiler.target.ptrace, called as scatter.py calls it (iovecs as u64 pairs)
-from profiler.target.ptrace import _process_vm_readv as process_vm_readv
+from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
 
 #: Linux UIO_MAXIOV: the most iovecs one process_vm_readv accepts
 IOV_MAX = 1024

@@ -27,7 +27,7 @@ from agents.cpython.threads import ThreadStateInfo
 # python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
 # (iovec arrays go as their address, counts as C ints). Its binding is reused here rather than declared a
 # second time. Every iovec here is a pair of u64s (iov_base, iov_len): the kernel's struct iovec on x86-64.
-from profiler.target.ptrace import _process_vm_readv as process_vm_readv
+from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
 
 if TYPE_CHECKING:  # capture.py imports this module
     from agents.cpython.capture import Wanted

@@ -63,16 +63,19 @@ STOP_SIGNALS = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal
 raw_ptrace = libc.ptrace
 raw_ptrace.restype = ctypes.c_long
 
-_waitpid = libc.waitpid  # (pid, int *status, options)
-_waitpid.restype = ctypes.c_int
+#: int waitpid(pid, int *status, options)
+raw_waitpid = libc.waitpid
+raw_waitpid.restype = ctypes.c_int
 
 
 class iovec(ctypes.Structure):
     _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
 
 
-_process_vm_readv = libc.process_vm_readv  # (pid, local iovecs, count, remote iovecs, count, flags)
-_process_vm_readv.restype = ctypes.c_ssize_t
+#: ssize_t process_vm_readv(pid, local iovecs, count, remote iovecs, count, flags); also the CPython agent's
+#: scatter reads (agents/cpython/scatter.py, plan.py), which pass their iovecs as u64 pairs
+raw_process_vm_readv = libc.process_vm_readv
+raw_process_vm_readv.restype = ctypes.c_ssize_t
 
 _get_errno = ctypes.get_errno
 
@@ -137,7 +140,7 @@ class Waiter:
             except ChildProcessError:
                 return -1, 0, errno_mod.ECHILD
             return tid, status, 0
-        tid = _waitpid(-1, self._status_ref, WALL)
+        tid = raw_waitpid(-1, self._status_ref, WALL)
         if tid < 0:
             return -1, 0, _get_errno()
         return tid, self._status.value, 0
@@ -166,7 +169,7 @@ class StackReader:
         local[0] = buffer_address
         local[1] = remote[1] = size
         remote[0] = addr
-        n = _process_vm_readv(self._pid, self._local, 1, self._remote, 1, 0)
+        n = raw_process_vm_readv(self._pid, self._local, 1, self._remote, 1, 0)
         return n if n >= 0 else -_get_errno()
 
 

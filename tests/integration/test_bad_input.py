@@ -12,7 +12,15 @@ import pytest
 
 from profiler.target.permissions import has_cap_sys_ptrace
 from tests.support.elf32 import write_i386_binary
-from tests.support.targets import assert_running_free, nprof_command, run_nprof, running_target, stop, wait_until
+from tests.support.targets import (
+    assert_running_free,
+    nprof_command,
+    process_state,
+    run_nprof,
+    running_target,
+    stop,
+    wait_until,
+)
 
 
 def assert_error(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
@@ -74,7 +82,7 @@ def test_target_already_traced(chain_fp, tmp_path):
         first = subprocess.Popen(nprof_command("record", "--pid", str(target.pid), "-o", str(tmp_path / "1.json")),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
-            assert wait_until(lambda: f"TracerPid:\t{first.pid}\n" in open(f"/proc/{target.pid}/status").read())
+            assert wait_until(lambda: process_state(target.pid)[1] == first.pid)
             result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "2.json"))
             assert_error(result, 4, "Permission denied", f"already being traced by pid {first.pid}",
                          "only one tracer")  # fmt: skip

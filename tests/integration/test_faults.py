@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from profiler.target.procfs import read_text, split_stat
 from tests.support.profiles import read_speedscope
 from tests.support.targets import (
     assert_running_free,
@@ -31,8 +32,7 @@ def run_time(pid: int) -> int:
 def user_time(pid: int) -> int:
     """Clock ticks the process spent in user mode (proc(5) field 14): what its own code ran, unlike the run
     time, which also counts the kernel's work for nprof's stops."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[11])
+    return int(split_stat(read_text(f"/proc/{pid}/stat") or "")[14])
 
 
 def attached_by(pid: int, tracer: int) -> bool:

@@ -225,6 +225,7 @@ class ObjectFileCache:
         self.unwind_cache = unwind_cache if unwind_cache is not None else TableCache("cfi")
         self._by_key: dict[tuple[int, int, int, int], ObjectFile] = {}
         self._failed: dict[tuple[int, int, int, int], BinaryError] = {}
+        self._by_bytes: dict[tuple[str, bytes], ObjectFile] = {}
         self._lock = threading.Lock()
 
     def open(self, host_path: str, display_path: str | None = None) -> ObjectFile:
@@ -252,8 +253,14 @@ class ObjectFileCache:
 
     def from_bytes(self, data: bytes, display_path: str) -> ObjectFile:
         """An image that exists only in memory, such as the vdso copied from the target (its tables are
-        small, so they are not cached on disk)."""
-        return ObjectFile(ElfFile(display_path, data=data, display_path=display_path))
+        small, so they are not cached on disk). Kept by content: every process on one kernel maps the same
+        vdso, and an address space reads it again at each refresh of its maps."""
+        key = (display_path, data)
+        with self._lock:
+            hit = self._by_bytes.get(key)
+            if hit is None:
+                hit = self._by_bytes[key] = ObjectFile(ElfFile(display_path, data=data, display_path=display_path))
+            return hit
 
     def objects(self) -> list[ObjectFile]:
         """Every file opened so far."""

@@ -7,6 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import load_symbols
@@ -53,6 +54,35 @@ def test_corrupt_elf_is_a_binary_error(tmp_path):
     empty.write_bytes(b"")
     with pytest.raises(BinaryError):
         ElfFile(str(empty))
+    truncated = tmp_path / "truncated.so"  # its section header table (at the end of the file) is cut off
+    with open("/lib/x86_64-linux-gnu/libc.so.6", "rb") as f:
+        truncated.write_bytes(f.read(1 << 16))
+    with pytest.raises(BinaryError, match="past the end"):
+        ElfFile(str(truncated))
+
+
+@pytest.mark.parametrize("path", ["/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2", "chain_fp"])
+def test_headers_agree_with_pyelftools(path, request):
+    """ElfFile parses the header tables itself, struct by struct (elf.py): the same sections, load segments
+    and build-id as pyelftools' own objects give."""
+    if path == "chain_fp":
+        path = request.getfixturevalue("chain_fp")
+    elf = ElfFile(path)
+    with open(path, "rb") as f:
+        reference = ELFFile(f)
+        sections = [(s.name, s["sh_type"], s["sh_addr"], s["sh_offset"], s["sh_size"])
+                    for s in reference.iter_sections()]  # fmt: skip
+        loads = [(p["p_offset"], p["p_vaddr"], p["p_filesz"], p["p_memsz"], p["p_flags"])
+                 for p in reference.iter_segments() if p["p_type"] == "PT_LOAD"]  # fmt: skip
+        build_ids = [n["n_desc"] for p in reference.iter_segments() if p["p_type"] == "PT_NOTE"
+                     for n in p.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID"]  # fmt: skip
+    assert [elf.section_name(i) for i in range(len(sections))] == [s[0] for s in sections]
+    for name, sh_type, addr, offset, size in sections:
+        if name:
+            info = elf.sections[name]
+            assert (info.sh_type, info.sh_addr, info.sh_offset, info.sh_size) == (sh_type, addr, offset, size)
+    assert [(s.p_offset, s.p_vaddr, s.p_filesz, s.p_memsz, s.p_flags) for s in elf.load_segments] == loads
+    assert build_ids and elf.build_id == build_ids[0]
 
 
 def test_demangle():

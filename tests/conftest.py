@@ -105,6 +105,12 @@ def vm_sharer_fp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def startup_nofp(build_dir) -> str:
+    """tests/targets/startup.c without frame pointers: its samples before main need ld.so's and libc's CFI."""
+    return build_c("startup.c", build_dir, NO_FRAME_POINTERS, name="startup-nofp")
+
+
+@pytest.fixture(scope="session")
 def callback_lib(build_dir) -> str:
     """tests/targets/callback_lib.c as a shared library, without frame pointers."""
     return build_c("callback_lib.c", build_dir, ("-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"),

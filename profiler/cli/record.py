@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ from profiler.atomic import check_writable
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_count, top_table
 from profiler.config import ExportConfig, SamplerConfig, SamplingPriority
-from profiler.errors import NoSuchProcess, OutputError, TargetError, UsageError
+from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.runtime import Agent
 from profiler.sampling import priority
@@ -28,6 +27,7 @@ from profiler.sampling.sampler import EndReason, Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
+from profiler.target.launch import LaunchedCommand
 
 MAX_STACK_BYTES = 8 << 20  # the default RLIMIT_STACK of the main thread; no real stack window is larger
 
@@ -129,15 +129,6 @@ class StopFlag:
         return self.signal is not None
 
 
-def spawn(command: Sequence[str]) -> subprocess.Popen:
-    try:
-        return subprocess.Popen(list(command))
-    except FileNotFoundError:
-        raise UsageError(f"Command not found: {command[0]}.", "Check the name and your PATH.") from None
-    except PermissionError:
-        raise UsageError(f"Command not executable: {command[0]}.", "Check its permissions.") from None
-
-
 AgentFactory = Callable[[ObjectFileCache], Sequence[Agent]]
 
 
@@ -160,29 +151,32 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     elif args.format is not None:
         exporter = infer_format("", args.format)
 
-    child = spawn(command) if command else None
+    child = LaunchedCommand(command) if command else None  # forked, held before its exec
     pid = child.pid if child is not None else args.pid
-    output = args.output or _default_output(pid, exporter)
-    exporter = exporter or infer_format(output, None)
-    if args.output is None:
-        check_writable(output)
-    session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
-                                  stack_bytes=config.stack_bytes, native=config.native))  # fmt: skip
-    objects = ObjectFileCache()
-    sampler = Sampler(
-        session, config, objects=objects, agents=agent_factory(objects),
-        notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
-    )  # fmt: skip
+    sampler: Sampler | None = None
     try:
-        sampler.add_process(pid, fresh=child is not None)
-    except NoSuchProcess:
-        if child is not None and child.poll() is not None:
-            raise TargetError(
-                f"{command[0]} exited (status {child.returncode}) before nprof could attach to it."
-            ) from None
-        raise
+        name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
+        output = args.output or _default_output(name, pid, exporter)
+        exporter = exporter or infer_format(output, None)
+        if args.output is None:
+            check_writable(output)
+        session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
+                                      stack_bytes=config.stack_bytes, native=config.native))  # fmt: skip
+        objects = ObjectFileCache()
+        sampler = Sampler(
+            session, config, objects=objects, agents=agent_factory(objects),
+            notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
+        )  # fmt: skip
+        if child is not None:
+            child.run_to_exec()  # raises if it cannot run
+            sampler.add_launched(pid)
+        else:
+            sampler.add_process(pid, trace_exec=True)
     except BaseException:
-        sampler.tracer.detach_all()
+        if sampler is not None:
+            sampler.tracer.detach_all()
+        if child is not None:
+            child.give_up()
         raise
     print(f"nprof: recording pid {pid} ({' '.join(session.meta.command)[:80]}) at {config.rate:g} Hz; "
           "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
@@ -213,9 +207,9 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     return 0
 
 
-def _default_output(pid: int, exporter: Exporter | None) -> str:
+def _default_output(name: str, pid: int, exporter: Exporter | None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    name = (procfs.read_comm(pid) or "target").replace("/", "_").replace(" ", "_")
+    name = (name or "target").replace("/", "_").replace(" ", "_")
     ext = exporter.extensions[0] if exporter is not None else ".speedscope.json"
     return f"nprof-{name}-{pid}-{stamp}{ext}"
 
@@ -266,12 +260,11 @@ def _write_outputs(session: Session, output: str, exporter: Exporter, export: Ex
     return lines
 
 
-def _wait_child(child: subprocess.Popen, pid: int, session: Session) -> int:
+def _wait_child(child: LaunchedCommand, pid: int, session: Session) -> int:
     """The spawned command is never killed: if it still runs when recording ends, wait for it."""
     if pid in session.meta.exit_status:
-        child.returncode = session.meta.exit_status[pid]
         return 0
-    if child.poll() is None:
+    if child.running():
         print(f"nprof: waiting for {session.meta.command[0]} (pid {pid}) to exit", file=sys.stderr)
         try:
             child.wait()

@@ -1,6 +1,8 @@
 """The set of processes a recording samples: one ``Target`` per pid (its address space, unwinder and runtime
 agent). A process joins when it is attached (``add``), when it is born a child of one (``--subprocesses``),
-and again, as a new Target under its old pid, when it execs. A process that was just started may load its
+and again, as a new Target under its old pid, when it execs: at once for a process seized with
+PTRACE_O_TRACEEXEC (the one nprof was pointed at, or started), which waits in its exec stop while it is
+mapped; at the next scan for others. A process that was just started may load its
 runtime later than its first look (libpython is mapped after exec), so its detection is retried for a
 grace period (``target.py``) before it is profiled natively, with a notice saying why.
 
@@ -20,7 +22,7 @@ from profiler.sampling.children import ChildWatcher, children_of
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess, shares_memory
-from profiler.target.procfs import process_alive, read_cmdline, read_comm
+from profiler.target.procfs import process_alive
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -55,11 +57,12 @@ class SampledProcesses:
         #: their agents change, not asked of every target each tick
         self.any_agent = False
 
-    def add(self, pid: int, fresh: bool = False) -> Target:
+    def add(self, pid: int, fresh: bool = False, trace_exec: bool = False) -> Target:
         """Validate, seize every thread, map modules and detect a managed runtime.
 
-        ``fresh``: the process was just started (a spawned command, a new child): its runtime may not be
-        loaded yet, so detection is retried for a while.
+        ``fresh``: the process was just started (a new child): its runtime may not be loaded yet, so
+        detection is retried for a while. ``trace_exec``: its execs are mapped while it waits in the exec
+        stop (``after_execs``), so no sample of its new program is unwound with the old one's modules.
         """
         process = TargetProcess(pid)
         # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
@@ -71,11 +74,37 @@ class SampledProcesses:
                 "its threads stay where they stopped, and a recording counts them as idle (--idle shows "
                 f"them) until it is continued (kill -CONT {pid})."
             )
-        self.tracer.add_process(process)
+        self.tracer.add_process(process, trace_exec)
         self.targets[pid] = target
         self.children.remember(pid)
         self._note_agents()
         return target
+
+    def add_launched(self, pid: int) -> Target:
+        """A command nprof started (``launch.py``), seized and waiting in its exec stop: mapped there, then
+        resumed, so that its first instruction can be sampled. Its later execs are mapped the same way."""
+        try:
+            process = TargetProcess(pid)
+            target = self._make_target(process, fresh=True)
+            self.tracer.add_process(process, at_exec=True)
+            self.targets[pid] = target
+            self.children.remember(pid)
+            self._note_agents()
+        finally:
+            self.tracer.resume_exec(pid)
+        return target
+
+    def after_execs(self) -> None:
+        """Map the new program of each process waiting in its exec stop, then let it run."""
+        for pid in list(self.tracer.exec_stopped):
+            try:
+                target = self.targets.get(pid)
+                if target is not None:
+                    self._remap(target)
+                    self.children.remember(pid)  # the scan must not take this exec for another
+                    self._note_agents()
+            finally:
+                self.tracer.resume_exec(pid)
 
     def look_again(self) -> None:
         """Between ticks, at most every ``children.SCAN_INTERVAL``: children born and processes that exec'd
@@ -113,6 +142,11 @@ class SampledProcesses:
         self.session.modules = self.modules.modules
         return target
 
+    def _remap(self, target: Target) -> None:
+        """Same pid, new program: its modules and runtime are all different now."""
+        target.process.after_exec()
+        self.targets[target.process.pid] = self._make_target(target.process, fresh=True)
+
     def _retry_detection(self) -> None:
         """Fresh processes without a runtime yet: look again, until the grace period ends."""
         now = time.monotonic()
@@ -136,10 +170,7 @@ class SampledProcesses:
             if not seized.process_alive(pid):
                 continue
             if self.children.exec_happened(pid):
-                # same pid, new program: its modules and runtime are all different now
-                target.process.cmdline = read_cmdline(pid)
-                target.process.comm = read_comm(pid)
-                self.targets[pid] = self._make_target(target.process, fresh=True)
+                self._remap(target)
             if not self.config.subprocesses:
                 continue
             tids = [r.tid for r in seized.records.values() if r.pid == pid]

@@ -86,9 +86,13 @@ class Sampler:
 
     # --- targets ---------------------------------------------------------------------------------------
 
-    def add_process(self, pid: int, fresh: bool = False) -> Target:
+    def add_process(self, pid: int, fresh: bool = False, trace_exec: bool = False) -> Target:
         """Attach a process and sample it from the next tick (``processes.py``)."""
-        return self.processes.add(pid, fresh)
+        return self.processes.add(pid, fresh, trace_exec)
+
+    def add_launched(self, pid: int) -> Target:
+        """Take over a command started by ``launch.py``, waiting in its exec stop; it runs once mapped."""
+        return self.processes.add_launched(pid)
 
     def _notice(self, message: str) -> None:
         self.session.meta.notices.append(message)
@@ -123,6 +127,10 @@ class Sampler:
                 if not tracer.pump(due, should_stop) or not live:  # pump: also until should_stop
                     self.end_reason = EndReason.EXITED
                     break
+                if tracer.exec_stopped:  # a process waits in its exec stop: map its new program, then resume
+                    priority.normal()
+                    self.processes.after_execs()
+                    continue
                 if should_stop():
                     break
                 yield self.tick()

@@ -131,6 +131,13 @@ class TargetProcess:
             return f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
         return self.host_path(mapping.path)
 
+    def after_exec(self) -> None:
+        """The same pid now runs another program: read what names it again."""
+        self.cmdline = procfs.read_cmdline(self.pid)
+        self.comm = procfs.read_comm(self.pid)
+        self.exe = procfs.exe_path(self.pid) or ""
+        self.refresh_maps()
+
     def refresh_maps(self) -> MappingIndex:
         self.maps = MappingIndex(read_maps(self.pid))
         return self.maps

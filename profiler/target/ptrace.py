@@ -20,7 +20,9 @@ import signal
 from ptrace.binding.func import (
     PTRACE_CONT,
     PTRACE_DETACH,
+    PTRACE_EVENT_EXEC,
     PTRACE_GETREGS,
+    PTRACE_O_TRACEEXEC,
     PTRACE_SETOPTIONS,
 )
 from ptrace.binding.linux_struct import user_regs_struct
@@ -30,7 +32,9 @@ from profiler.target.libc import libc
 __all__ = [
     "PTRACE_CONT",
     "PTRACE_DETACH",
+    "PTRACE_EVENT_EXEC",
     "PTRACE_GETREGS",
+    "PTRACE_O_TRACEEXEC",
     "PTRACE_SETOPTIONS",
     "user_regs_struct",
 ]
@@ -93,9 +97,9 @@ def ptrace(request: int, tid: int, addr: object = 0, data: object = 0) -> int:
     return 0
 
 
-def seize(tid: int) -> int:
+def seize(tid: int, options: int = 0) -> int:
     # No PTRACE_O_EXITKILL: if nprof dies, the kernel detaches and the target runs on (DESIGN.md section 5).
-    return ptrace(PTRACE_SEIZE, tid, 0, 0)
+    return ptrace(PTRACE_SEIZE, tid, 0, options)
 
 
 def interrupt(tid: int) -> int:

@@ -1,8 +1,9 @@
 """The threads nprof has seized, by process: seized as they appear, forgotten as they exit.
 
 A process is seized thread by thread (ptrace works on threads): its leader when it is added, every other
-thread when ``sync`` finds it in ``/proc/PID/task``. No thread is seized with PTRACE_O_EXITKILL, so if nprof
-dies the kernel detaches them all and the target runs on (DESIGN.md section 5).
+thread when ``sync`` finds it in ``/proc/PID/task``, each with the process's ptrace options (ptrace options
+belong to a thread). No thread is seized with PTRACE_O_EXITKILL, so if nprof dies the kernel detaches them
+all and the target runs on (DESIGN.md section 5).
 
 Which processes are still alive is kept up to date here as threads come and go (``live_pids``), because the
 sampler asks on every tick.
@@ -32,13 +33,19 @@ class ThreadTable:
         #: exited (the sampler asks which processes are alive every tick)
         self.live_pids: dict[int, int] = {}
         self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
+        self.options: dict[int, int] = {}  #: pid -> the ptrace options its threads are seized with
 
-    def add_process(self, process: TargetProcess) -> None:
-        """Seize the leader of ``process``, then every other thread. Raises PermissionDenied with a
-        diagnosis if refused, NoSuchProcess or TargetError if the process is gone or going."""
+    def add_process(self, process: TargetProcess, options: int = 0, seized: bool = False) -> None:
+        """Seize the leader of ``process`` with ``options`` (``seized``: it was seized so already, by
+        ``launch.py``), then every other thread. Raises PermissionDenied with a diagnosis if refused,
+        NoSuchProcess or TargetError if the process is gone or going."""
+        self.options[process.pid] = options
+        if seized:
+            self._add_seized(process)
+            return
         if not list_threads(process.pid):
             raise NoSuchProcess(process.pid)
-        err = pt.seize(process.pid)
+        err = pt.seize(process.pid, options)
         if err and not process.alive():
             # ptrace refuses (EPERM) a process that is already exiting
             raise TargetError(f"Process {process.pid} ({process.comm}) exited while nprof was attaching.")
@@ -48,6 +55,9 @@ class ThreadTable:
             raise NoSuchProcess(process.pid)
         if err:
             raise PermissionDenied(f"PTRACE_SEIZE of process {process.pid} failed: {os.strerror(err)}.")
+        self._add_seized(process)
+
+    def _add_seized(self, process: TargetProcess) -> None:
         self.processes[process.pid] = process
         self._track(process.pid, process.pid, seized=True)
         self.sync(process.pid)
@@ -64,7 +74,7 @@ class ThreadTable:
         return live
 
     def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
-        if not seized and pt.seize(tid) != 0:
+        if not seized and pt.seize(tid, self.options.get(pid, 0)) != 0:
             return None  # exited already (ESRCH), or a thread we may not trace
         start = thread_start_time(pid, tid)
         try:

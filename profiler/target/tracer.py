@@ -56,16 +56,29 @@ class Tracer:
         self._late_used = 0
         self.late_captures: list[Capture] = []
         self._stack_readers: dict[int, pt.StackReader] = {}
+        #: pids held in their exec stop (PTRACE_EVENT_EXEC) until ``resume_exec``: their new program has not
+        #: run an instruction yet, so nothing of it is missed while nprof maps it
+        self.exec_stopped: list[int] = []
 
     # --- attach / threads -------------------------------------------------------------------------------
 
-    def add_process(self, process: TargetProcess) -> None:
+    def add_process(self, process: TargetProcess, trace_exec: bool = False, at_exec: bool = False) -> None:
         """Seize every thread of ``process`` (``threads.py``). Raises PermissionDenied with a diagnosis if
-        refused."""
+        refused. ``trace_exec``: its execs stop it (``exec_stopped``) until ``resume_exec``. ``at_exec``: it
+        was seized so already and waits in its exec stop (``launch.py``); it too waits for ``resume_exec``."""
         if self._events is None:
             self._events = open_event_wait()
-        self.seized.add_process(process)
+        options = pt.PTRACE_O_TRACEEXEC if trace_exec or at_exec else 0
+        self.seized.add_process(process, options, seized=at_exec)
         self._stack_readers[process.pid] = pt.StackReader(process.pid)
+        if at_exec:
+            self.exec_stopped.append(process.pid)
+
+    def resume_exec(self, pid: int) -> None:
+        """Let a process held in its exec stop run its new program."""
+        if pid in self.exec_stopped:
+            self.exec_stopped.remove(pid)
+            pt.cont(pid)
 
     def _exited(self, tid: int, status: int) -> None:
         """A tracee's exit (or death) status: the end of its process if it is a leader, and of the thread."""
@@ -185,8 +198,8 @@ class Tracer:
                 record = pending.get(tid)
                 if record is None or status >> 16 != PTRACE_EVENT_STOP or (status & 0xFF) != 0x7F:
                     self._handle_event(tid, status)
-                    if record is not None and record.gone:
-                        del pending[tid]
+                    if record is not None and (record.gone or tid in self.exec_stopped):
+                        del pending[tid]  # its interrupt-stop comes after its exec stop is resumed
                     continue
                 # an interrupt-stop (or a group-stop) of a due thread: held until resumed (the guard)
                 seen = time.perf_counter_ns()
@@ -234,12 +247,25 @@ class Tracer:
     # --- everything that is not a due stop -----------------------------------------------------------------
 
     def _handle_event(self, tid: int, status: int) -> None:
-        """Answer a wait status that is not a capture: exits, signals, group-stops, late interrupts."""
+        """Answer a wait status that is not a capture: exits, signals, group-stops, late interrupts, execs.
+
+        Any ptrace-stop answers a PTRACE_INTERRUPT still pending ("any trap clears pending STOP trap",
+        ptrace_stop() in kernel/signal.c): after a signal's or an exec's stop, no interrupt-stop follows
+        the interrupt sent before it, and a thread still counted as interrupted would be waited for at
+        every tick from then on, and never sampled again."""
         if (status & 0xFF) != 0x7F:  # exited or killed
             self._exited(tid, status)
             return
         record = self.seized.records.get(tid)
         sig, event = pt.decode_stop(status)
+        if event == pt.PTRACE_EVENT_EXEC:
+            # tid is the leader's (an exec from another thread takes its tid): held for the sampler to map
+            # the new program before it runs (``resume_exec``)
+            if record is not None:
+                record.interrupt_pending = False  # answered by this stop: no sample this tick
+                self._late.pop(tid, None)
+            self.exec_stopped.append(tid)
+            return
         if event == pt.PTRACE_EVENT_STOP and record is not None and tid in self._late:
             self._capture_late(record, sig)
             return
@@ -260,6 +286,8 @@ class Tracer:
             # signal-delivery-stop: pass the signal on, exactly as if nprof were not there
             self.stats.signals_forwarded += 1
             pt.cont(tid, sig)
+            if record is not None and record.interrupt_pending:
+                pt.interrupt(tid)  # this stop answered it: ask again for the stop still awaited
             return
         pt.cont(tid)  # an event we did not ask for: let it run
 
@@ -281,10 +309,11 @@ class Tracer:
             self._resume(record.tid)
 
     def pump(self, until: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
-        """Answer tracee events until monotonic time ``until``; False once nothing is traced any more."""
+        """Answer tracee events until monotonic time ``until``, or until a process stops in its exec (the
+        caller maps it, then ``resume_exec``); False once nothing is traced any more."""
         events = self._events
         while True:
-            if time.monotonic() >= until or should_stop():
+            if time.monotonic() >= until or should_stop() or self.exec_stopped:
                 return True
             tid, status, err = events.wait(until)  # returns at once if a stop is already pending
             if tid > 0:
@@ -319,6 +348,12 @@ class Tracer:
         """Stop each thread briefly and PTRACE_DETACH it. Returns tids that did not stop in time; the kernel
         detaches those when nprof exits (no EXITKILL), and their pending interrupt is cleared then."""
         self._release_held()
+        for tid in self.exec_stopped:  # already in a ptrace-stop: detached from it at once
+            pt.detach(tid, 0)
+            record = self.seized.records.get(tid)
+            if record is not None:
+                self._drop(record)
+        self.exec_stopped.clear()
         waiting: dict[int, ThreadRecord] = {}
         for record in list(self.seized.records.values()):
             if record.interrupt_pending or pt.interrupt(record.tid) == 0:

@@ -1,0 +1,198 @@
+"""Starting a command under nprof so that its first instruction is sampled (``nprof record -- CMD``).
+
+A command started with ``subprocess`` runs free while nprof attaches to it: reading its maps and opening its
+ELF files takes tens of milliseconds, so the start of the program, often what the user wants to see (its
+imports, its set-up), was never sampled. Here, as perf does for its workload, the command is forked and
+held before its exec: the child waits on a pipe (the gate) until nprof has seized it with
+PTRACE_O_TRACEEXEC, then execs. The kernel stops it after the exec and before the new program's first
+instruction (PTRACE_EVENT_EXEC, ptrace(2)), and it waits there while nprof maps it; the sampler resumes it.
+
+The child runs a few lines of Python between the fork and the exec: a read of the gate, the signal
+dispositions reset as ``subprocess`` resets them, ``os.execvp``. None takes a lock another thread of nprof
+could hold (numpy's BLAS workers only wait on their own condition variables; glibc's fork keeps malloc
+usable in the child), so the fork is safe although nprof has threads. If the exec fails, the child writes
+its errno to a close-on-exec pipe and exits: an empty pipe means the exec happened.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import stat
+import threading
+import warnings
+from collections.abc import Sequence
+
+from profiler.errors import PermissionDenied, TargetError, UsageError
+from profiler.target import ptrace as pt
+from profiler.target.permissions import diagnose_attach_failure, has_cap_sys_ptrace
+
+#: the exit status of a child whose exec failed, as a POSIX shell gives a command it cannot run; what it
+#: failed with goes to the parent through the report pipe
+EXEC_FAILED = 127
+
+#: signals Python ignores at its start and ``subprocess`` gives back their default action in a child
+#: (``restore_signals``, Lib/subprocess.py): a command run by nprof must die of SIGPIPE as it would in a shell
+_RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
+
+
+class LaunchedCommand:
+    """A command nprof forked, held before its exec until ``run_to_exec``."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("a command is launched from the main thread (its signal handlers are reset)")
+        self.command = list(command)
+        _refuse_set_id(self.command[0])
+        self.returncode: int | None = None  #: once known: the exit code, or minus the killing signal
+        gate_r, self._gate = os.pipe()  # both ends close-on-exec (PEP 446)
+        self._report, report_w = os.pipe()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about fork in a process with threads; the child only execs (module docstring)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _exec_when_released(gate_r, self._gate, self._report, report_w, self.command)
+        os.close(gate_r)
+        os.close(report_w)
+        self.pid = pid
+        self._seized = False
+
+    def run_to_exec(self) -> None:
+        """Seize the child, let it exec, and return once it waits in its exec stop, seized by this process
+        with PTRACE_O_TRACEEXEC. Raises UsageError when the command cannot run (not found, not executable),
+        PermissionDenied when ptrace is refused (the command is then never started)."""
+        err = pt.seize(self.pid, pt.PTRACE_O_TRACEEXEC)
+        if err:
+            if err == errno.EPERM:
+                error = diagnose_attach_failure(self.pid, err)
+            else:
+                error = PermissionDenied(f"PTRACE_SEIZE of the command nprof started failed: {os.strerror(err)}.")
+            self._close_gate()  # the child reads end-of-file and exits without starting the command
+            self.wait()
+            raise error
+        self._seized = True
+        os.write(self._gate, b"\x01")
+        self._close_gate()
+        while True:
+            _, status = os.waitpid(self.pid, pt.WALL)
+            if not pt.is_stopped(status):
+                self._exited(status)
+                raise self._exec_failure()
+            sig, event = pt.decode_stop(status)
+            if event == pt.PTRACE_EVENT_EXEC:
+                self._close_report()
+                return
+            if event == pt.PTRACE_EVENT_STOP and sig in pt.STOP_SIGNALS:
+                pt.listen(self.pid)  # a group-stop (Ctrl-Z) before the exec: job control holds it
+            elif event == pt.PTRACE_EVENT_STOP:
+                pt.cont(self.pid)
+            else:  # a signal-delivery-stop: pass the signal on, as if nprof were not there
+                pt.cont(self.pid, sig)
+
+    def give_up(self) -> None:
+        """nprof cannot record after all (an error, Ctrl-C during the set-up). A command not yet released
+        never starts: the child reads end-of-file at its gate and exits. One already held in its exec stop
+        is detached and runs on, unprofiled, as it would have without nprof (harmless once the tracer
+        detached it: ESRCH)."""
+        if self._seized:
+            pt.detach(self.pid, 0)
+        elif self._gate >= 0:
+            self._close_gate()
+            self.wait()
+        self._close_report()
+
+    def running(self) -> bool:
+        """Whether the command still runs; one that has exited is reaped."""
+        if self.returncode is not None:
+            return False
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False  # reaped already: by the tracer's wait while it was traced
+        if pid == 0:
+            return True
+        self._exited(status)
+        return False
+
+    def wait(self) -> None:
+        """Block until the command exits, and reap it (nprof no longer traces it, or never did)."""
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            return
+        self._exited(status)
+
+    # --- internals --------------------------------------------------------------------------------------
+
+    def _exited(self, status: int) -> None:
+        self.returncode = os.waitstatus_to_exitcode(status)
+
+    def _close_report(self) -> None:
+        if self._report >= 0:
+            os.close(self._report)
+            self._report = -1
+
+    def _close_gate(self) -> None:
+        if self._gate >= 0:
+            os.close(self._gate)
+            self._gate = -1
+
+    def _exec_failure(self) -> Exception:
+        """Why the child ended before its exec: the errno it reported, else the signal that killed it."""
+        report = os.read(self._report, 64)
+        self._close_report()
+        name = self.command[0]
+        if report:
+            code = int(report)
+            if code == errno.ENOENT:
+                return UsageError(f"Command not found: {name}.", "Check the name and your PATH.")
+            if code == errno.EACCES:
+                return UsageError(f"Command not executable: {name}.", "Check its permissions.")
+            return UsageError(f"Cannot run {name}: {os.strerror(code)}.")
+        status = self.returncode
+        how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"
+        return TargetError(f"{name} {how} before it started.")
+
+
+def _refuse_set_id(name: str) -> None:
+    """A set-user-ID or set-group-ID program execs without its privileges while traced, unless the tracer
+    has CAP_SYS_PTRACE (execve(2), "ptrace"; the kernel's ``ptracer_capable``): it would fail, or run as
+    another program than the user asked for. Without the capability, say so before anything runs."""
+    path = shutil.which(name) if os.sep not in name else name
+    try:
+        mode = os.stat(path).st_mode if path else 0
+    except OSError:
+        return  # the exec reports what is wrong with it
+    if mode & (stat.S_ISUID | stat.S_ISGID) and not has_cap_sys_ptrace():
+        kind = "set-user-ID" if mode & stat.S_ISUID else "set-group-ID"
+        raise UsageError(
+            f"{name} is a {kind} program: started under ptrace, it would run without its privileges.",
+            "Run nprof as root or with CAP_SYS_PTRACE: only such a tracer may trace a program that runs "
+            "with another user's privileges.",
+        )
+
+
+def _exec_when_released(gate_r: int, gate_w: int, report_r: int, report_w: int, argv: list[str]) -> None:
+    """The child's side: wait for the gate, then exec ``argv`` (a PATH search, as ``subprocess`` does). On
+    failure, report the errno and exit. Runs nothing that could raise past it: a child must never return
+    into nprof's code."""
+    try:
+        os.close(gate_w)
+        os.close(report_r)
+        if os.read(gate_r, 1) != b"\x01":
+            os._exit(EXEC_FAILED)  # the gate closed unopened: nprof could not trace the command, or died
+        for sig in _RESTORED_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        try:
+            os.write(report_w, str(e.errno or errno.EIO).encode())
+        except BaseException:
+            pass
+    except BaseException:
+        pass
+    finally:
+        os._exit(EXEC_FAILED)

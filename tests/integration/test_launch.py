@@ -1,0 +1,109 @@
+"""A command started by nprof (``nprof record -- CMD``) is held at its exec and sampled from its first
+instruction, through every exec it makes (``profiler/target/launch.py``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+
+import pytest
+
+from tests.support.profiles import read_speedscope
+from tests.support.targets import nprof_command, run_nprof
+
+PHASE_MS = 200  #: startup.c spins this long in its constructor, then as long in main
+
+
+def record_startup(command: list[str], tmp_path) -> tuple[str, float, float, list[tuple[str, ...]]]:
+    """Run startup.c under nprof at 1 kHz: (what it wrote about being traced at its start, seconds sampled
+    in its constructor's ``startup``, seconds sampled in main's ``steady``, the stacks)."""
+    out = str(tmp_path / "startup.speedscope.json")
+    result = run_nprof("record", "-r", "1000", "-o", out, "--", *command)
+    assert result.returncode == 0, result.stderr
+    assert "target exited (status 0)" in result.stdout
+    [profile] = read_speedscope(out)
+    startup = sum(w for s, w in profile.stacks.items() if "startup" in s)
+    steady = sum(w for s, w in profile.stacks.items() if "steady" in s and "main" in s)
+    return (tmp_path / "traced").read_text(), startup, steady, list(profile.stacks)
+
+
+def test_a_command_is_sampled_from_its_first_instruction(startup_nofp, tmp_path):
+    """Its constructor runs before main and finds itself traced; it is sampled about as fully as main.
+
+    Started with ``subprocess`` and attached after, the program ran free for the tens of milliseconds that
+    reading its maps and opening its ELF files take: the constructor saw no tracer, and its 150 ms got
+    21-39% of main's samples here (0.6-0.9 with the exec held; ~1 with no slow first ticks)."""
+    traced, startup, steady, stacks = record_startup([startup_nofp, str(PHASE_MS), str(tmp_path / "traced")], tmp_path)
+    assert traced == "1\n", "the program ran before nprof had seized it"
+    assert steady > PHASE_MS / 3000, f"only {steady:.3f} s sampled of a {PHASE_MS} ms phase"
+    assert startup >= 0.6 * steady, f"{startup:.3f} s sampled in the constructor against {steady:.3f} s in main"
+    # the constructor's samples are whole stacks from _start, through ld.so's or libc's init code
+    assert all(s[0] == "_start" for s in stacks if "startup" in s)
+
+
+def test_an_exec_is_mapped_before_the_new_program_runs(startup_nofp, tmp_path):
+    """A wrapper that execs the program (pyenv shims, `sh -c 'exec ...'`): the new program waits in its
+    exec stop while nprof maps it. Found by the scan every 100 ms instead, its first samples were unwound
+    with the shell's modules."""
+    script = 'exec "$0" "$@"'
+    command = ["sh", "-c", script, startup_nofp, str(PHASE_MS), str(tmp_path / "traced")]
+    traced, startup, steady, stacks = record_startup(command, tmp_path)
+    assert traced == "1\n"
+    assert startup >= 0.6 * steady, f"{startup:.3f} s sampled in the constructor against {steady:.3f} s in main"
+    named = [s for s in stacks if "startup" in s]
+    assert named and all(s[0] == "_start" and not any(f.startswith("0x") for f in s) for s in named)
+
+
+def test_the_command_gets_the_signal_state_a_shell_would_give(tmp_path):
+    """Python ignores SIGPIPE and SIGXFSZ; a command nprof starts gets their default actions back, as
+    ``subprocess`` gives them, and does not inherit the SIGCHLD block nprof waits with."""
+    probe = "grep -E '^Sig(Ign|Blk)' /proc/$$/status > \"$0\""
+    got = tmp_path / "got"
+    result = run_nprof("record", "-o", str(tmp_path / "p.folded"), "--", "sh", "-c", probe, str(got))
+    assert result.returncode == 0, result.stderr
+    masks = dict(line.split(":") for line in got.read_text().splitlines())
+    ignored, blocked = int(masks["SigIgn"], 16), int(masks["SigBlk"], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), f"{sig.name} is ignored in the command"
+    assert not blocked & (1 << (signal.SIGCHLD - 1))
+
+
+@pytest.mark.parametrize(
+    "content, mode, phrase",
+    [
+        ("echo no interpreter line\n", 0o755, "Cannot run {path}: Exec format error"),
+        ("#!/bin/sh\necho hi\n", 0o644, "Command not executable: {path}"),
+    ],
+)
+def test_a_file_that_cannot_run(content, mode, phrase, tmp_path):
+    """The exec's own error, reported before anything is recorded (exit code 2, no output file)."""
+    path = tmp_path / "cmd"
+    path.write_text(content)
+    path.chmod(mode)
+    out = tmp_path / "x.folded"
+    result = run_nprof("record", "-o", str(out), "--", str(path))
+    assert result.returncode == 2, result.stderr
+    assert phrase.format(path=path) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_a_set_user_id_program_without_the_capability_to_trace_it(tmp_path):
+    """Traced, a set-user-ID program execs without its privileges (execve(2)); without CAP_SYS_PTRACE nprof
+    says so instead of running it crippled."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to make a set-user-ID file) and setpriv (to drop CAP_SYS_PTRACE)")
+    program = tmp_path / "suid-true"
+    shutil.copy("/bin/true", program)
+    os.chown(program, 65534, 65534)
+    program.chmod(0o755 | stat.S_ISUID)
+    no_ptrace = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+    result = subprocess.run(
+        no_ptrace + nprof_command("record", "-o", str(tmp_path / "x.folded"), "--", str(program)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "set-user-ID program" in result.stderr and "CAP_SYS_PTRACE" in result.stderr

@@ -31,6 +31,7 @@ PF_X = 1
 NT_GNU_BUILD_ID = "NT_GNU_BUILD_ID"
 #: ELF gABI, "Section Attribute Flags" and "Compression Header": compressed sections (debug files)
 SHF_COMPRESSED = 0x800
+SHF_EXECINSTR = 0x4
 ELFCOMPRESS_ZLIB, ELFCOMPRESS_ZSTD = 1, 2
 _CHDR32 = struct.Struct("<III")  # Elf32_Chdr: ch_type, ch_size, ch_addralign
 _CHDR64 = struct.Struct("<IIQQ")  # Elf64_Chdr: ch_type, ch_reserved, ch_size, ch_addralign
@@ -181,6 +182,14 @@ class ElfFile:
             if info is not None:
                 ends[i] = info.sh_addr + info.sh_size
         return ends
+
+    def executable_sections(self) -> np.ndarray:
+        """Whether each section, by section index, holds instructions (``SHF_EXECINSTR``)."""
+        flags = np.zeros(max(len(self._section_names_by_index), 1), dtype=bool)
+        for i, name in enumerate(self._section_names_by_index):
+            info = self.sections.get(name)
+            flags[i] = info is not None and bool(info.sh_flags & SHF_EXECINSTR)
+        return flags
 
     def section_bytes(self, name: str) -> bytes | None:
         """A section's contents, inflated if ``SHF_COMPRESSED`` (``objcopy --compress-debug-sections``,

@@ -19,6 +19,7 @@ ELF64_SYM = np.dtype(
         ("st_size", "<u8"),
     ]
 )
+STT_NOTYPE = 0
 STT_OBJECT = 1
 STT_FUNC = 2
 STT_GNU_IFUNC = 10
@@ -31,12 +32,19 @@ _BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bin
 
 
 class SymbolTable:
-    """Function symbols of one file, sorted by address, plus name lookup of any defined symbol."""
+    """Function symbols of one file, sorted by address, plus name lookup of any defined symbol, and the
+    untyped labels of code sections for names where no function symbol covers an address."""
 
     def __init__(
-        self, syms: np.ndarray, strtab: bytes, source: str, section_ends: np.ndarray | None = None
+        self,
+        syms: np.ndarray,
+        strtab: bytes,
+        source: str,
+        section_ends: np.ndarray | None = None,
+        executable: np.ndarray | None = None,
     ) -> None:
-        """``section_ends[i]`` is the end address of section i; it bounds symbols of size 0."""
+        """``section_ends[i]`` is the end address of section i; it bounds symbols of size 0. ``executable[i]``:
+        section i holds code, so its untyped (STT_NOTYPE) symbols are assembly entry points."""
         self.source = source  #: ".symtab", ".dynsym" or the debug file it came from
         self._strtab = strtab
         self._all = syms[(syms["st_shndx"] != SHN_UNDEF) & (syms["st_value"] != 0)]
@@ -57,16 +65,33 @@ class SymbolTable:
         self.addrs: np.ndarray = np.ascontiguousarray(funcs["st_value"], dtype=np.uint64)
         self.sizes: np.ndarray = np.ascontiguousarray(funcs["st_size"], dtype=np.uint64)
         self._names: np.ndarray = np.ascontiguousarray(funcs["st_name"])
-        # a size-0 symbol (an assembly label) ends at the next symbol or at the end of its section
-        next_start = np.empty_like(self.addrs)
-        if len(self.addrs):
-            next_start[:-1] = self.addrs[1:]
-            next_start[-1] = np.iinfo(np.uint64).max
-        if section_ends is not None and len(section_ends):
-            shndx = np.minimum(funcs["st_shndx"].astype(np.int64), len(section_ends) - 1)
-            next_start = np.minimum(next_start, section_ends[shndx])
+        labels = _code_labels(syms, kind, executable)
+        # a size-0 symbol (a function written in assembly, a label) ends at the next function or label, or
+        # at the end of its section
+        boundaries = np.union1d(self.addrs, labels["st_value"].astype(np.uint64))
+        next_start = _next_boundary(self.addrs, funcs["st_shndx"], boundaries, section_ends)
         self.ends = np.where(self.sizes > 0, self.addrs + self.sizes, next_start)
         self._by_name: dict[str, int] | None = None
+        label_starts = np.ascontiguousarray(labels["st_value"], dtype=np.uint64)
+        self._labels = (
+            label_starts,
+            _next_boundary(label_starts, labels["st_shndx"], boundaries, section_ends),
+            np.ascontiguousarray(labels["st_name"]),
+        )
+
+    def label_many(self, svmas: list[int]) -> list[str | None]:
+        """For each address, the code label covering it (``_code_labels``; it ends at the next function or
+        label), or None. Only for naming an address no function symbol covers: a label inside a function is
+        not a function of its own."""
+        starts, ends, names = self._labels
+        if not len(starts):
+            return [None] * len(svmas)
+        q = np.asarray(svmas, dtype=np.uint64)
+        idx = np.searchsorted(starts, q, side="right").astype(np.int64) - 1
+        return [
+            self._name_at(int(names[i])) if i >= 0 and addr < int(ends[i]) else None
+            for i, addr in zip(idx.tolist(), q.tolist())
+        ]
 
     def __len__(self) -> int:
         return len(self.addrs)
@@ -120,6 +145,30 @@ class SymbolTable:
         return None
 
 
+def _code_labels(syms: np.ndarray, kind: np.ndarray, executable: np.ndarray | None) -> np.ndarray:
+    """The STT_NOTYPE symbols of code sections, by address: labels written in assembly without a ``.type``
+    (ld.so's ``_start`` and ``_dl_start_user``, where every command's first samples are)."""
+    if executable is None or not len(executable):
+        return syms[:0]
+    shndx = np.minimum(syms["st_shndx"].astype(np.int64), len(executable) - 1)
+    chosen = (kind == STT_NOTYPE) & (syms["st_shndx"] != SHN_UNDEF) & (syms["st_value"] != 0) & executable[shndx]
+    labels = syms[chosen]
+    return labels[np.argsort(labels["st_value"], kind="stable")]
+
+
+def _next_boundary(
+    starts: np.ndarray, shndx: np.ndarray, boundaries: np.ndarray, section_ends: np.ndarray | None
+) -> np.ndarray:
+    """For each start, the first of ``boundaries`` (sorted) above it, or its section's end if sooner."""
+    following = np.searchsorted(boundaries, starts, side="right")
+    out = np.full(len(starts), np.iinfo(np.uint64).max, dtype=np.uint64)
+    inside = following < len(boundaries)
+    out[inside] = boundaries[following[inside]]
+    if section_ends is not None and len(section_ends):
+        out = np.minimum(out, section_ends[np.minimum(shndx.astype(np.int64), len(section_ends) - 1)])
+    return out
+
+
 def load_symbols(elf: ElfFile) -> SymbolTable | None:
     """``.symtab`` if present (it has the static functions), else ``.dynsym``; None if neither."""
     for name in (".symtab", ".dynsym"):
@@ -133,5 +182,5 @@ def load_symbols(elf: ElfFile) -> SymbolTable | None:
             continue
         count = len(data) // ELF64_SYM.itemsize
         syms = np.frombuffer(data, dtype=ELF64_SYM, count=count)
-        return SymbolTable(syms.copy(), bytes(strtab), name, elf.section_ends())
+        return SymbolTable(syms.copy(), bytes(strtab), name, elf.section_ends(), elf.executable_sections())
     return None

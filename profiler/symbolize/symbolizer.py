@@ -90,14 +90,18 @@ def symbolize(
 
 
 def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> list[str]:
-    """Symbol-table names, or ``module+0xoffset`` where no symbol covers the address."""
+    """Symbol-table names (a function's, else an assembly label's), or ``module+0xoffset`` where no symbol
+    covers the address."""
     symbols = obj.symbols if obj is not None else None
     hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
+    labels = symbols.label_many(rels) if symbols is not None and None in hits else [None] * len(rels)
     label = module_label(module)
     out = []
-    for rel, hit in zip(rels, hits):
+    for rel, hit, code_label in zip(rels, hits, labels):
         if hit is not None:
             out.append(demangle(unversioned(hit[0])))
+        elif code_label is not None:
+            out.append(unversioned(code_label))
         elif module is None:
             out.append(f"0x{rel:x}")
         else:

@@ -45,6 +45,33 @@ def test_dynsym_fallback_and_suffix_shared_names():
     assert malloc is not None and symbols.lookup(malloc[0])[0] == "malloc"
 
 
+ASM_LABELS = r"""
+/* asm_entry: a label without .type (STT_NOTYPE), as ld.so's _start; inner_label: one inside a function */
+__asm__(".text\n.globl asm_entry\nasm_entry:\n  call real_function\n  nop\n  ret\n");
+int real_function(void) {
+    __asm__ volatile("nop\ninner_label:\nnop");
+    return 1;
+}
+int main(void) { return real_function(); }
+"""
+
+
+def test_assembly_labels_name_only_what_no_function_covers(tmp_path):
+    source = tmp_path / "labels.c"
+    source.write_text(ASM_LABELS)
+    binary = tmp_path / "labels"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(source)], check=True)
+    symbols = load_symbols(ElfFile(str(binary)))
+    entry = symbols.address_of("asm_entry")[0]
+    inner = symbols.address_of("inner_label")[0]
+    function = symbols.address_of("real_function")[0]
+    # the return address after `call real_function`: in no function, so named by the label
+    assert symbols.lookup(entry + 5) is None
+    assert symbols.label_many([entry + 5, inner]) == ["asm_entry", "inner_label"]
+    assert symbols.lookup(inner)[1] == function  # the symbolizer asks labels only where this is None
+    assert symbols.label_many([function]) == [None]  # a label ends where the next function starts
+
+
 def test_corrupt_elf_is_a_binary_error(tmp_path):
     bad = tmp_path / "bad.so"
     bad.write_bytes(b"\x7fELF" + b"\xff" * 60)

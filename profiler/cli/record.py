@@ -104,12 +104,19 @@ def session_path_for(output: str) -> str:
 
 
 class StopFlag:
-    """SIGINT and SIGTERM end the recording at the next safe point instead of raising mid-capture. A second
-    Ctrl-C falls back to the default handler (KeyboardInterrupt; the tracer's guards still resume and
-    detach every thread)."""
+    """SIGINT and SIGTERM end the recording at the next safe point instead of raising mid-capture, and what
+    was sampled is still resolved and written. The signal often comes twice: a terminal's Ctrl-C reaches
+    the whole process group, `timeout` sends it to its child and then to the group, and a user presses
+    Ctrl-C again while the profile is written. So the second only says what is going on; the third falls
+    back to the default handler (KeyboardInterrupt, or SIGTERM's exit; the tracer's guards, or the
+    kernel, still resume and detach every thread)."""
+
+    #: the signal that abandons what was sampled: the first stops, the second is answered with a notice
+    ABANDON_AT = 3
 
     def __init__(self) -> None:
         self.signal: int | None = None
+        self.count = 0
         self._old: dict[int, object] = {}
 
     def __enter__(self) -> StopFlag:
@@ -122,8 +129,16 @@ class StopFlag:
             signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        self.signal = signum
-        signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
+        self.count += 1
+        if self.signal is None:
+            self.signal = signum
+        name = signal.Signals(signum).name
+        if self.count + 1 == self.ABANDON_AT:
+            print(f"nprof: {name} again: finishing the profile of what was sampled; one more abandons it", file=sys.stderr)
+        elif self.count >= self.ABANDON_AT:
+            for sig, handler in self._old.items():
+                signal.signal(sig, handler)
+            signal.raise_signal(signum)  # handled at once by the default: KeyboardInterrupt, or the exit
 
     def __call__(self) -> bool:
         return self.signal is not None
@@ -182,16 +197,23 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
           "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
     status = StatusLine(sampler)
     stop = StopFlag()
-    try:
-        with stop:
+    with stop:  # a signal from here on ends the recording; what was sampled is still written
+        try:
             for tick in sampler.run(stop):
                 status.update(tick)
-    finally:
-        status.clear()
-        sampler.close()
-    resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
-    why = _why_it_ended(sampler, stop, config)
-    written = _write_outputs(session, output, exporter, export)
+        finally:
+            status.clear()
+            sampler.close()
+        resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
+        why = _why_it_ended(sampler, stop, config)
+        written = _write_outputs(session, output, exporter, export)
+        _print_summary(session, why, written, export)
+    if child is not None:
+        return _wait_child(child, pid, session)
+    return 0
+
+
+def _print_summary(session: Session, why: str, written: list[str], export: ExportConfig) -> None:
     print(f"nprof: {why}; {session.total_samples:,} samples of {len(session.threads)} thread(s) in "
           f"{session.meta.duration:.1f}s ({error_count(session)} errors).")  # fmt: skip
     held = session.counters.get("stop_held_median_ns")
@@ -202,9 +224,6 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     for line in written:
         print(f"nprof: {line}")
     print(top_table(session, export))
-    if child is not None:
-        return _wait_child(child, pid, session)
-    return 0
 
 
 def _default_output(name: str, pid: int, exporter: Exporter | None) -> str:

@@ -94,6 +94,28 @@ def test_signal_to_nprof_writes_what_was_sampled(chain_fp, tmp_path, sig):
     assert sum(profile.stacks.values()) > 0
 
 
+def test_a_signal_that_comes_again_still_writes_what_was_sampled(chain_fp, tmp_path):
+    """Twice (a terminal's Ctrl-C reaches the whole process group, `timeout` signals its child and then the
+    group, an impatient user presses it again): what was sampled is still written. Before, the second
+    raised a KeyboardInterrupt wherever nprof was, and nothing was written. (A third abandons it: the unit
+    test of StopFlag.)"""
+    out = str(tmp_path / "twice.speedscope.json")
+    with running_target([chain_fp]) as target:
+        nprof = start_recording(target.pid, out)
+        time.sleep(0.5)  # the length of the recording, not a synchronisation
+        nprof.send_signal(signal.SIGINT)
+        time.sleep(0.05)  # two signals, not one: a signal still pending is not queued again
+        nprof.send_signal(signal.SIGINT)
+        stdout, stderr = nprof.communicate(timeout=60)
+        assert nprof.returncode == 0, stderr
+        assert "stopped by SIGINT" in stdout
+        assert target.poll() is None
+        assert wait_until(lambda: attached_by(target.pid, 0), timeout=10)
+        assert_running_free(target.pid)
+    [profile] = read_speedscope(out)
+    assert sum(profile.stacks.values()) > 0
+
+
 def test_sigkill_to_nprof_leaves_target_running(chain_fp, tmp_path):
     with running_target([chain_fp]) as target:
         nprof = start_recording(target.pid, str(tmp_path / "killed.speedscope.json"))

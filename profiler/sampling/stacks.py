@@ -17,8 +17,12 @@ from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
 from profiler.unwind.stack import StackWindow
 
-#: distinct stacks remembered per process before the memo starts over (a bound on memory)
-MAX_STACK_MEMO = 1 << 17
+#: distinct stacks remembered per process before the memo starts over: a bound on memory. An entry keeps
+#: its stack's frames alive: 3.3 KB on average for the mixed Python and native stacks (~40 frames) of a
+#: program calling json, re, sqlite3 and xml in a loop, which made 6,088 entries in 10 s at 1 kHz
+#: (measured). With 2**17 entries nprof grew by ~3 MB/s towards 430 MB; 2**14 bounds the memo near 55 MB.
+#: A program with more hot stacks than that gets fewer memo hits, each miss costing a merge and an intern.
+MAX_STACK_MEMO = 1 << 14
 
 FrameKeys = tuple[tuple[int, int, int, int], ...]
 

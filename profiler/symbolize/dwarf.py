@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from profiler.binary.cache import TableCache
 from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import SymbolTable
 from profiler.errors import BinaryError
@@ -38,6 +39,7 @@ from profiler.symbolize.dwarf_forms import Abbrev, UnitFormat, parse_abbrevs
 from profiler.symbolize.dwarf_sections import DebugSections, has_debug_info, load_sections
 from profiler.symbolize.dwarf_units import UnitHeader, read_unit_header
 from profiler.symbolize.function_names import FunctionNames
+from profiler.symbolize.line_cache import LineTableStore
 from profiler.symbolize.unit_index import UnitIndex
 from profiler.symbolize.unit_symbols import UnitSymbols
 
@@ -74,7 +76,9 @@ class DwarfResolver:
     sections it reads (inflated), and the DIEs and line tables of the units it has parsed.
     """
 
-    def __init__(self, elf: ElfFile, symbols: SymbolTable | None = None) -> None:
+    def __init__(self, elf: ElfFile, symbols: SymbolTable | None = None, line_cache: TableCache | None = None) -> None:
+        """``line_cache``: where decoded line programs are kept between recordings (``line_cache.py``;
+        default: the user's cache directory)."""
         if not has_debug_info(elf):
             raise BinaryError(f"{elf.path}: no DWARF debug info (.debug_info)")
         self.path = elf.path
@@ -84,6 +88,8 @@ class DwarfResolver:
         self._sections: DebugSections | None = None
         self._index: UnitIndex | None = None
         self._units: dict[int, UnitSymbols | None] = {}
+        self._line_cache = line_cache if line_cache is not None else TableCache("lines")
+        self._line_store: LineTableStore | None = None
         self._abbrevs: dict[tuple[int, UnitFormat], dict[int, Abbrev]] = {}
         self._names = FunctionNames(self._unit_dies_at)
         self._cache: dict[int, Frames] = {}
@@ -113,6 +119,8 @@ class DwarfResolver:
                     continue
                 frames = self._cache[svma] = self._resolve_one(svma)
             out.append(frames)
+        if self._line_store is not None:
+            self._line_store.save()  # the line programs decoded for these addresses, for the next recording
         return out
 
     def resolve_one(self, svma: int) -> Frames:
@@ -179,6 +187,7 @@ class DwarfResolver:
                 self._failure("debug sections", e)
                 return None
             self._index = UnitIndex(self._sections, self._open_dies, self._note)
+            self._line_store = LineTableStore(self._sections.line, self._line_cache)
         return self._index
 
     def _unit(self, offset: int) -> UnitSymbols | None:
@@ -189,7 +198,7 @@ class DwarfResolver:
             try:
                 header = read_unit_header(self._sections.info, offset)
                 if header.unit_type in CODE_UNIT_TYPES:
-                    self._units[offset] = UnitSymbols(self._new_dies(header), self._note)
+                    self._units[offset] = UnitSymbols(self._new_dies(header), self._note, self._line_store)
                     self.units_loaded += 1
             except _ERRORS as e:
                 self._failure(f"unit at 0x{offset:x}", e)

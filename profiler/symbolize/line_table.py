@@ -13,6 +13,8 @@ where another ends wins.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from profiler.errors import BinaryError
@@ -25,27 +27,28 @@ DW_LNS_const_add_pc, DW_LNS_fixed_advance_pc = 8, 9
 # Extended opcodes (DWARF 5, section 6.2.5.3 and table 7.26)
 DW_LNE_end_sequence, DW_LNE_set_address = 1, 2
 
+#: what ``decode_columns`` makes of a program; bump on any change to it, so that decoded tables stored on
+#: disk by another version (``line_cache.py``) are not used
+DECODER_VERSION = 1
+
+
+class LineColumns(NamedTuple):
+    """A decoded line program: its rows, sorted for ``searchsorted``."""
+
+    addresses: np.ndarray  #: uint64
+    files: np.ndarray  #: int64 file register values
+    lines: np.ndarray  #: int64
+    ends: np.ndarray  #: bool: the row ends a sequence
+
 
 class LineTable:
     """Rows of one line program, sorted for ``searchsorted``; file names resolved once."""
 
-    def __init__(self, header: LineHeader, section: bytes) -> None:
+    def __init__(self, header: LineHeader, section: bytes, columns: LineColumns | None = None) -> None:
+        """Decode the program of ``header``, unless its ``columns`` were decoded before (``line_cache.py``)."""
         self.file_names = header.file_names
-        rows = _decode(header, section)
-        try:
-            addresses = np.array(rows[0::4], dtype=np.uint64)
-            files = np.array(rows[1::4], dtype=np.int64)
-            lines = np.array(rows[2::4], dtype=np.int64)
-        except OverflowError as e:  # a register advanced past 64 bits: corrupt operands
-            raise BinaryError(f"line program at 0x{header.program_start:x}: register overflow") from e
-        ends = np.array(rows[3::4], dtype=bool)
-        # within a sequence the last row for an address wins: drop a row the next one (same address,
-        # same sequence: this row is no end_sequence) supersedes
-        keep = np.ones(len(addresses), dtype=bool)
-        keep[:-1] = (addresses[:-1] != addresses[1:]) | ends[:-1]
-        addresses, files, lines, ends = addresses[keep], files[keep], lines[keep], ends[keep]
-        order = np.lexsort((~ends, addresses))  # stable: equal keys keep program order
-        self.addresses, self.files, self.lines, self.ends = addresses[order], files[order], lines[order], ends[order]
+        self.columns = columns if columns is not None else decode_columns(header, section)
+        self.addresses, self.files, self.lines, self.ends = self.columns
 
     def __len__(self) -> int:
         return len(self.addresses)
@@ -61,6 +64,25 @@ class LineTable:
     def file_name(self, index: int) -> str | None:
         """A file register value, or a DW_AT_call_file / DW_AT_decl_file, as a path."""
         return self.file_names.get(index)
+
+
+def decode_columns(header: LineHeader, section: bytes) -> LineColumns:
+    """Run the program and sort its rows (module docstring). Raises BinaryError if it is corrupt."""
+    rows = _decode(header, section)
+    try:
+        addresses = np.array(rows[0::4], dtype=np.uint64)
+        files = np.array(rows[1::4], dtype=np.int64)
+        lines = np.array(rows[2::4], dtype=np.int64)
+    except OverflowError as e:  # a register advanced past 64 bits: corrupt operands
+        raise BinaryError(f"line program at 0x{header.program_start:x}: register overflow") from e
+    ends = np.array(rows[3::4], dtype=bool)
+    # within a sequence the last row for an address wins: drop a row the next one (same address, same
+    # sequence: this row is no end_sequence) supersedes
+    keep = np.ones(len(addresses), dtype=bool)
+    keep[:-1] = (addresses[:-1] != addresses[1:]) | ends[:-1]
+    addresses, files, lines, ends = addresses[keep], files[keep], lines[keep], ends[keep]
+    order = np.lexsort((~ends, addresses))  # stable: equal keys keep program order
+    return LineColumns(addresses[order], files[order], lines[order], ends[order])
 
 
 def _decode(header: LineHeader, section: bytes) -> list[int]:

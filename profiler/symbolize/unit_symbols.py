@@ -18,6 +18,7 @@ from profiler.symbolize.dwarf_constants import (
 )  # fmt: skip
 from profiler.symbolize.dwarf_dies import Die, UnitDies
 from profiler.symbolize.inline_tree import InlineTree
+from profiler.symbolize.line_cache import LineTableStore
 from profiler.symbolize.line_header import read_line_header
 from profiler.symbolize.line_table import LineTable
 from profiler.symbolize.unit_index import RangeColumns
@@ -39,9 +40,11 @@ _SUBPROGRAM = frozenset((DW_TAG_subprogram,))
 class UnitSymbols:
     """Line table, subprograms and inline trees of one CU, each built lazily."""
 
-    def __init__(self, dies: UnitDies, note: Callable[[str], None]) -> None:
+    def __init__(self, dies: UnitDies, note: Callable[[str], None], lines: LineTableStore | None = None) -> None:
+        """``lines``: line programs decoded by earlier recordings of the file, and where to add this one's."""
         self.dies = dies
         self._report = note
+        self._store = lines
         self._lines: LineTable | None = None
         self._lines_loaded = False
         self._subprograms: RangeColumns | None = None
@@ -59,7 +62,10 @@ class UnitSymbols:
                 if offset is not None and section is not None:
                     comp_dir = dies.text(dies.top, DW_AT_comp_dir)
                     header = read_line_header(section, offset, dies.fmt.address_size, comp_dir, dies.form_text)
-                    self._lines = LineTable(header, section)
+                    stored = self._store.get(offset) if self._store is not None else None
+                    self._lines = LineTable(header, section, stored)
+                    if stored is None and self._store is not None:
+                        self._store.put(offset, self._lines.columns)
             except BinaryError as e:
                 self._note(f"line table unreadable ({e})")
         return self._lines

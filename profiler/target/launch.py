@@ -85,12 +85,7 @@ class LaunchedCommand:
             if event == pt.PTRACE_EVENT_EXEC:
                 self._close_report()
                 return
-            if event == pt.PTRACE_EVENT_STOP and sig in pt.STOP_SIGNALS:
-                pt.listen(self.pid)  # a group-stop (Ctrl-Z) before the exec: job control holds it
-            elif event == pt.PTRACE_EVENT_STOP:
-                pt.cont(self.pid)
-            else:  # a signal-delivery-stop: pass the signal on, as if nprof were not there
-                pt.cont(self.pid, sig)
+            pt.pass_on(self.pid, sig, event)  # a signal, or Ctrl-Z, before the exec
 
     def give_up(self) -> None:
         """nprof cannot record after all (an error, Ctrl-C during the set-up). A command not yet released

@@ -115,6 +115,18 @@ def listen(tid: int) -> int:
     return ptrace(PTRACE_LISTEN, tid, 0, 0)
 
 
+def pass_on(tid: int, sig: int, event: int) -> None:
+    """Let a tracee go from a stop nprof did not ask for, exactly as if nprof were not there: a group-stop
+    stays stopped for job control (PTRACE_LISTEN), a signal is delivered, any other stop continues.
+    ``sig`` and ``event`` as ``decode_stop`` gives them."""
+    if event == PTRACE_EVENT_STOP and sig in STOP_SIGNALS:
+        listen(tid)
+    elif event == 0:  # a signal-delivery-stop
+        cont(tid, sig)
+    else:
+        cont(tid)
+
+
 def detach(tid: int, sig: int = 0) -> int:
     return ptrace(PTRACE_DETACH, tid, 0, sig)
 

@@ -269,27 +269,17 @@ class Tracer:
         if event == pt.PTRACE_EVENT_STOP and record is not None and tid in self._late:
             self._capture_late(record, sig)
             return
-        if event == pt.PTRACE_EVENT_STOP:
+        if event == pt.PTRACE_EVENT_STOP:  # a group-stop, or an interrupt-stop no tick waits for any more
+            group_stop = sig in pt.STOP_SIGNALS
             if record is not None:
                 record.interrupt_pending = False
-            if sig in pt.STOP_SIGNALS:
-                if record is not None:
-                    record.group_stopped = True
-                self.stats.group_stops += 1
-                pt.listen(tid)
-            else:
-                if record is not None:
-                    record.group_stopped = False
-                pt.cont(tid)
-            return
-        if event == 0:
-            # signal-delivery-stop: pass the signal on, exactly as if nprof were not there
+                record.group_stopped = group_stop
+            self.stats.group_stops += group_stop
+        elif event == 0:  # a signal-delivery-stop
             self.stats.signals_forwarded += 1
-            pt.cont(tid, sig)
-            if record is not None and record.interrupt_pending:
-                pt.interrupt(tid)  # this stop answered it: ask again for the stop still awaited
-            return
-        pt.cont(tid)  # an event we did not ask for: let it run
+        pt.pass_on(tid, sig, event)
+        if event == 0 and record is not None and record.interrupt_pending:
+            pt.interrupt(tid)  # the signal's stop answered it: ask again for the stop still awaited
 
     def _capture_late(self, record: ThreadRecord, sig: int) -> None:
         """The stop of a thread that missed its tick's window: copy it now, then let it go."""

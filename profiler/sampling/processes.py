@@ -57,42 +57,34 @@ class SampledProcesses:
         #: their agents change, not asked of every target each tick
         self.any_agent = False
 
-    def add(self, pid: int, fresh: bool = False, trace_exec: bool = False) -> Target:
+    def add(self, pid: int, fresh: bool = False, trace_exec: bool = False, at_exec: bool = False) -> Target:
         """Validate, seize every thread, map modules and detect a managed runtime.
 
         ``fresh``: the process was just started (a new child): its runtime may not be loaded yet, so
         detection is retried for a while. ``trace_exec``: its execs are mapped while it waits in the exec
         stop (``after_execs``), so no sample of its new program is unwound with the old one's modules.
+        ``at_exec``: a command nprof started (``launch.py``), already seized and waiting in its exec stop;
+        it is resumed once mapped, whatever happens, so its first instruction can be sampled.
         """
-        process = TargetProcess(pid)
-        # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
-        # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
-        target = self._make_target(process, fresh)
-        if process.job_stopped:
-            self.notice(
-                f"pid {pid} ({process.comm}) is stopped (SIGSTOP, SIGTSTP or Ctrl-Z), and nprof leaves it so: "
-                "its threads stay where they stopped, and a recording counts them as idle (--idle shows "
-                f"them) until it is continued (kill -CONT {pid})."
-            )
-        self.tracer.add_process(process, trace_exec)
-        self.targets[pid] = target
-        self.children.remember(pid)
-        self._note_agents()
-        return target
-
-    def add_launched(self, pid: int) -> Target:
-        """A command nprof started (``launch.py``), seized and waiting in its exec stop: mapped there, then
-        resumed, so that its first instruction can be sampled. Its later execs are mapped the same way."""
         try:
             process = TargetProcess(pid)
-            target = self._make_target(process, fresh=True)
-            self.tracer.add_process(process, at_exec=True)
+            # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
+            # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
+            target = self._make_target(process, fresh)
+            if process.job_stopped:
+                self.notice(
+                    f"pid {pid} ({process.comm}) is stopped (SIGSTOP, SIGTSTP or Ctrl-Z), and nprof leaves it "
+                    "so: its threads stay where they stopped, and a recording counts them as idle (--idle "
+                    f"shows them) until it is continued (kill -CONT {pid})."
+                )
+            self.tracer.add_process(process, trace_exec, at_exec)
             self.targets[pid] = target
             self.children.remember(pid)
             self._note_agents()
+            return target
         finally:
-            self.tracer.resume_exec(pid)
-        return target
+            if at_exec:
+                self.tracer.resume_exec(pid)
 
     def after_execs(self) -> None:
         """Map the new program of each process waiting in its exec stop, then let it run."""

@@ -92,7 +92,7 @@ class Sampler:
 
     def add_launched(self, pid: int) -> Target:
         """Take over a command started by ``launch.py``, waiting in its exec stop; it runs once mapped."""
-        return self.processes.add_launched(pid)
+        return self.processes.add(pid, fresh=True, trace_exec=True, at_exec=True)
 
     def _notice(self, message: str) -> None:
         self.session.meta.notices.append(message)

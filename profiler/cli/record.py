@@ -134,7 +134,8 @@ class StopFlag:
             self.signal = signum
         name = signal.Signals(signum).name
         if self.count + 1 == self.ABANDON_AT:
-            print(f"nprof: {name} again: finishing the profile of what was sampled; one more abandons it", file=sys.stderr)
+            print(f"nprof: {name} again: finishing the profile of what was sampled; one more abandons it",
+                  file=sys.stderr)  # fmt: skip
         elif self.count >= self.ABANDON_AT:
             for sig, handler in self._old.items():
                 signal.signal(sig, handler)

@@ -11,6 +11,8 @@
   only, never code. The zip format checks each member's CRC32, so a flipped bit is caught on load.
   Anything unreadable, of another version, or rejected by the caller's validation is deleted and
   counted, and the caller rebuilds.
+* Bounded: a load marks its entry used, and a store trims the cache (``cache_trim.py``) at most once a
+  day: entries unused for a week go, and the least recently used while it holds more than 512 MiB.
 
 Failing to write is never an error: the cache is an optimisation.
 """
@@ -25,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from profiler.atomic import atomic_write
+from profiler.binary.cache_trim import mark_used, trim_if_due
 from profiler.errors import NprofError
 
 #: bump on any change to what an entry holds or means
@@ -63,6 +66,7 @@ class TableCache:
 
     def __init__(self, kind: str, directory: str | None = None, enabled: bool = True) -> None:
         root = directory if directory is not None else default_cache_dir()
+        self.root = root  #: shared by every kind: trimmed as one (``cache_trim.py``)
         self.directory = os.path.join(root, f"{kind}-v{CACHE_VERSION}")
         self.enabled = enabled
         self.stats = CacheStats()
@@ -89,6 +93,7 @@ class TableCache:
             self.discard(key)
             return None
         self.stats.hits += 1
+        mark_used(path)
         return arrays
 
     def discard(self, key: str) -> None:
@@ -100,7 +105,8 @@ class TableCache:
             pass
 
     def store(self, key: str, arrays: Arrays) -> bool:
-        """Write an entry atomically; False (and counted) if the cache directory is not writable."""
+        """Write an entry atomically; False (and counted) if the cache directory is not writable. Then trim
+        the cache if that is due (``cache_trim.py``): stores come at the end of a recording."""
         if not self.enabled:
             return False
         payload = dict(arrays)
@@ -113,4 +119,5 @@ class TableCache:
             self.stats.write_errors += 1
             return False
         self.stats.writes += 1
+        trim_if_due(self.root)
         return True

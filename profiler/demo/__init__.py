@@ -8,22 +8,18 @@ import shutil
 import subprocess
 from importlib import resources
 
+from profiler.binary.cache import default_cache_dir
 from profiler.errors import NprofError
 
 #: frame pointers and debug info, so the demo's stacks are exact with or without DWARF CFI support
 CFLAGS = ("-O2", "-g", "-fno-omit-frame-pointer")
 
 
-def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "nprof")
-
-
 def build_demo() -> str:
     """Path of the compiled demo, building it if this version of the source has not been built yet."""
     source = resources.files(__package__).joinpath("nprof_demo.c").read_bytes()
     digest = hashlib.sha256(source + " ".join(CFLAGS).encode()).hexdigest()[:16]
-    out_dir = os.path.join(cache_dir(), "demo", digest)
+    out_dir = os.path.join(default_cache_dir(), "demo", digest)
     binary = os.path.join(out_dir, "nprof-demo")
     if os.path.exists(binary):
         return binary

@@ -115,7 +115,11 @@ class SymbolTable:
     def function_names(self) -> list[str]:
         """Every function's name, parallel to ``addrs``/``ends``: for one-off scans by name pattern (an agent
         collecting the address ranges of a family of functions), not for per-sample lookups."""
-        return [self._name_at(int(offset)) for offset in self._names]
+        strtab, find, names = self._strtab, self._strtab.find, []
+        for offset in self._names.tolist():  # Python ints: a numpy scalar per element costs 3x more
+            end = find(b"\0", offset)
+            names.append(strtab[offset : end if end >= 0 else len(strtab)].decode("utf-8", "replace"))
+        return names
 
     def lookup(self, svma: int) -> tuple[str, int, int] | None:
         return self.lookup_many(np.array([svma], dtype=np.uint64))[0]

@@ -33,6 +33,21 @@ def ptrace_scope() -> int | None:
     return int(text) if text and text.strip().isdigit() else None
 
 
+#: the initial user namespace's inode number, as /proc/PID/ns/user shows it: PROC_USER_INIT_INO in
+#: include/linux/proc_ns.h
+PROC_USER_INIT_INO = 0xEFFFFFFD
+
+
+def in_child_user_namespace() -> bool:
+    """Whether nprof runs in a user namespace other than the initial one (a rootless container, `unshare -r`):
+    its capabilities then count only for processes in that namespace and those below it."""
+    try:
+        link = os.readlink("/proc/self/ns/user")  # "user:[4026531837]"
+    except OSError:
+        return False
+    return link != f"user:[{PROC_USER_INIT_INO}]"
+
+
 def in_container() -> bool:
     if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
         return True
@@ -40,8 +55,10 @@ def in_container() -> bool:
     return any(word in cgroup for word in ("docker", "kubepods", "containerd", "libpod", "lxc"))
 
 
-def diagnose_attach_failure(pid: int, err: int) -> PermissionDenied:
-    """Build the error for a refused PTRACE_SEIZE on ``pid`` (errno ``err``)."""
+def diagnose_attach_failure(pid: int, err: int, reading: str | None = None) -> PermissionDenied:
+    """Build the error for a refused PTRACE_SEIZE on ``pid`` (errno ``err``), or with ``reading`` (a path),
+    for a refused read of a /proc file that the same access rules guard (proc(5): /proc/PID/maps needs
+    "PTRACE_MODE_READ_FSCREDS")."""
     status = procfs.read_status(pid)
     name = status.name if status else "?"
     reasons: list[str] = []
@@ -65,6 +82,12 @@ def diagnose_attach_failure(pid: int, err: int) -> PermissionDenied:
             + "; run nprof with sudo (or grant it CAP_SYS_PTRACE), or lower the setting with "
             "`sudo sysctl kernel.yama.ptrace_scope=0`"
         )
+    if capable and in_child_user_namespace():
+        reasons.append(
+            "nprof runs in a user namespace (a rootless container, or `unshare --user`), where its "
+            "CAP_SYS_PTRACE counts only for processes inside that namespace, and this process is outside "
+            "it; run nprof in the process's namespace, for instance on the host"
+        )
     if not capable and not reasons:
         reasons.append(
             "the process may be non-dumpable (setuid, or it called prctl(PR_SET_DUMPABLE, 0)); only a "
@@ -79,7 +102,11 @@ def diagnose_attach_failure(pid: int, err: int) -> PermissionDenied:
         reasons.append(
             "a security module (SELinux, AppArmor, seccomp) may forbid ptrace here; check the audit log"
         )
+    if reading:
+        what = f"Permission denied reading {reading} (process {pid}, {name}), which needs ptrace access:"
+    else:
+        what = f"Permission denied attaching to process {pid} ({name}) with ptrace ({os.strerror(err)}):"
     return PermissionDenied(
-        f"Permission denied attaching to process {pid} ({name}) with ptrace ({os.strerror(err)}):",
+        what,
         "; ".join(reasons) + ".",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import struct
@@ -11,6 +12,7 @@ from profiler.errors import NoSuchProcess, TargetError
 from profiler.target import procfs
 from profiler.target.libc import libc
 from profiler.target.maps import Mapping, MappingIndex, read_maps
+from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.ptrace import StackReader
 
 #: kcmp(2): its x86-64 system call number (arch/x86/entry/syscalls/syscall_64.tbl; glibc has no wrapper),
@@ -66,7 +68,10 @@ class TargetProcess:
         self.exe = procfs.exe_path(pid) or ""
         self._reader = StackReader(pid)
         self._scratch = ctypes.create_string_buffer(1 << 16)
-        self.maps = MappingIndex(read_maps(pid))
+        try:
+            self.maps = MappingIndex(read_maps(pid))
+        except PermissionError as e:  # the attach's own rules, checked first (a non-dumpable process, an LSM)
+            raise diagnose_attach_failure(pid, e.errno or errno.EACCES, reading=f"/proc/{pid}/maps") from None
 
     # --- checks -----------------------------------------------------------------------------------------
 

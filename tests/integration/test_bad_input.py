@@ -76,6 +76,27 @@ def test_permission_denied(tmp_path):
         stop(target)
 
 
+@pytest.mark.parametrize("command", ["record", "dump"])
+def test_process_outside_nprofs_user_namespace(command, chain_fp, tmp_path):
+    """nprof in a user namespace (``unshare --user``: a rootless container) against a process outside it: its
+    capabilities do not count there. /proc/PID/maps, read before the attach, is refused under the attach's
+    rules; both get the diagnosis, and no traceback."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    in_namespace = ["unshare", "--user", "--map-root-user"]
+    probe = subprocess.run([*in_namespace, "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a user namespace here: {probe.stderr.strip()}")
+    with running_target([chain_fp]) as target:
+        out = ["-d", "1", "-o", str(tmp_path / "x.json")] if command == "record" else []
+        result = subprocess.run([*in_namespace, *nprof_command(command, "--pid", str(target.pid), *out)],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert_error(result, 4, f"Permission denied reading /proc/{target.pid}/maps", "user namespace",
+                     "outside it")  # fmt: skip
+        assert not os.path.exists(tmp_path / "x.json")
+        assert_running_free(target.pid)
+
+
 def test_target_already_traced(chain_fp, tmp_path):
     """A second profiler (or a debugger) on the same process: the error names the tracer that holds it."""
     with running_target([chain_fp]) as target:

@@ -160,13 +160,46 @@ class Session:
     @classmethod
     def load(cls, path: str) -> Session:
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in z.files}
+            with open(path, "rb") as f:
+                head = f.read(_SNIFF_BYTES)
         except FileNotFoundError:
             raise SessionFormatError(f"{path}: no such file.") from None
+        except OSError as e:
+            raise SessionFormatError(f"{path}: cannot read it ({e.strerror or e}).") from None
+        if not head.startswith(_ZIP_MAGIC):  # else numpy guesses a pickle, and says so to the user
+            raise SessionFormatError(
+                f"{path}: not an nprof session file{_what_it_is(head)}.",
+                "nprof report reads the .nprof file that nprof record writes beside every recording.",
+            )
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {name: z[name] for name in z.files}
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-            raise SessionFormatError(f"{path}: not an nprof session file ({e}).") from None
+            raise SessionFormatError(f"{path}: corrupt or truncated session file ({e}).") from None
         return _from_arrays(path, arrays)
+
+
+#: a session file is an ``np.savez`` archive: a zip, whose first local file header starts with this
+#: signature (PKWARE's APPNOTE.TXT, section 4.3.7)
+_ZIP_MAGIC = b"PK\x03\x04"
+_SNIFF_BYTES = 1 << 16  #: enough for a first line of folded stacks (5.7 KB seen for a deep Python stack)
+
+
+def _what_it_is(head: bytes) -> str:
+    """What a file that is not a session looks like, for the error: the other outputs nprof writes."""
+    if head.startswith(b"\x1f\x8b"):  # RFC 1952 gzip member header: pprof profiles are gzipped
+        return " (it is gzip-compressed: a pprof profile?)"
+    text = head.lstrip()
+    if text.startswith(b"{") and b"speedscope" in head:
+        return " (it is a speedscope JSON profile)"
+    if text.startswith((b"{", b"[")):
+        return " (it is JSON)"
+    first, newline, _ = head.partition(b"\n")
+    if newline and first and first.rsplit(b" ", 1)[-1].strip().isdigit():  # "frame;frame;frame COUNT"
+        return " (it is folded stacks)"
+    if not head:
+        return " (it is empty)"
+    return ""
 
 
 def _info_row(f: FrameInfo) -> list[object]:

@@ -114,6 +114,26 @@ def test_session_file_rejects_corruption(tmp_path):
         Session.load(str(tmp_path / "missing.nprof"))
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"main;a;b;c 12\nmain;a 3\n", "(it is folded stacks)"),
+        (b'{"$schema": "https://www.speedscope.app/file-format-schema.json", "profiles": []}',
+         "(it is a speedscope JSON profile)"),
+        (b"\x1f\x8b\x08\x00", "(it is gzip-compressed: a pprof profile?)"),
+        (b"", "(it is empty)"),
+    ],
+)  # fmt: skip
+def test_another_output_given_as_a_session_says_what_it_is(tmp_path, content, said):
+    """``nprof report out.folded``: the other files nprof writes are named, not taken for a pickle (numpy's
+    own guess for anything that is not a zip, which it put in the error)."""
+    path = tmp_path / "profile.out"
+    path.write_bytes(content)
+    with pytest.raises(SessionFormatError) as error:
+        Session.load(str(path))
+    assert f"not an nprof session file {said}" in str(error.value) and "pickle" not in str(error.value)
+
+
 def test_session_file_version_mismatch(tmp_path, monkeypatch):
     path = str(tmp_path / "s.nprof")
     monkeypatch.setattr("profiler.sampling.session.FORMAT_VERSION", 99)

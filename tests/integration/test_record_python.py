@@ -70,6 +70,25 @@ def test_pure_python_chain(interp, tmp_path):
     assert settled >= 0.9 * total, f"{settled} of {total} samples walked after resume: {session.counters}"
 
 
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.10", "3.12")])
+def test_deep_chain_is_copied_in_one_stop(interp, tmp_path):
+    """A 700-frame chain (the default recursion limit is 1000): its read plan covers it whole, so the stop
+    copies it at once and it is walked after resume. With 3.8-3.10's frame objects ~450 bytes apart a plan
+    of at most 256 KiB held ~550 frames: every sample of a deeper chain missed and was captured again in
+    a second stop that read frame by frame (0.4-1.8 ms held on 600-900 frames)."""
+    path = script("chain.py")
+    depth = 700
+    out = str(tmp_path / "deep.speedscope.json")
+    with running_target([interp.path, path, str(depth)], ready_at=2) as target:
+        record(target.pid, out, duration="1.5")
+    [profile] = read_speedscope(out)
+    whole, total = share(profile.detailed, lambda s: python_part(s, path).count("descend") == depth + 1)
+    assert total > 0 and whole / total >= 0.95, f"{whole}/{total} samples hold all {depth + 1} descend frames"
+    counters = Session.load(str(tmp_path / "deep.nprof")).counters
+    again, settled = counters.get("python_stacks_recaptured", 0), counters.get("python_stacks_snapshots", 0)
+    assert again <= 0.1 * (again + settled), counters
+
+
 @pytest.mark.parametrize("interp", INTERPRETERS)
 def test_ctypes_qsort_calls_back_into_python(interp, tmp_path):
     path = script("callbacks.py")

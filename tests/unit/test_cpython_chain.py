@@ -357,6 +357,17 @@ def test_plan_coalesces_near_ranges_and_keeps_fixed_reads_first():
     assert plan.find(0x9000_0010, 8, done=3) == 0x10  # the fixed reads count too
 
 
+def test_plan_near_its_byte_budget_reads_a_range_alone_rather_than_the_gap_before_it(monkeypatch):
+    """Merging copies the gap too: where that would overrun the budget, the range is read on its own, so
+    the plan still holds every frame it can (a plan cut short misses at every sample)."""
+    monkeypatch.setattr("agents.cpython.plan.MAX_PLAN_BYTES", 1100)
+    rest = [(0x1000_0000 + 450 * i, 100) for i in range(4)]  # frame objects 450 bytes apart, 100 read of each
+    plan = build_plan([], rest)
+    ranges = [(plan.remote[2 * i], plan.remote[2 * i + 1]) for i in range(plan.count)]
+    assert ranges == [(0x1000_0000, 2 * 450 + 100), (0x1000_0000 + 3 * 450, 100)]
+    assert plan.total == 1100 and all(plan.find(addr, 100, done=plan.count) >= 0 for addr, _ in rest)
+
+
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
 def test_reader_recovers_from_a_plan_that_hits_unmapped_memory(target):
     info, frames = chain(target, ["c", "b", "a"])

@@ -23,12 +23,13 @@ IOV_MAX = 1024
 #: must stay below a page: then the merged range only touches pages that hold bytes of its two ends, which
 #: were readable, so the merge cannot run into an unmapped page in between.
 COALESCE_GAP = 4095
-#: most bytes a plan may cover (the rest of ``scatter.BUFFER_BYTES``, 2 MiB, is for the walk's individual
-#: reads). A chain that does not fit is captured again in full at every sample, in a second stop that reads
-#: frame by frame: 0.4-1.8 ms held on a 600-900 deep recursion on 3.8/3.10, where each frame object (read
-#: for its first 100 bytes) sits ~450 bytes from the next, so coalesced ranges cover ~450 bytes per frame.
-#: 1 MiB covers ~2300 such frames; at 256 KiB the cliff was at ~550.
-MAX_PLAN_BYTES = 1 << 20
+#: most bytes a plan may cover (the rest of ``scatter.BUFFER_BYTES`` is for the walk's individual reads).
+#: A chain that does not fit is captured again in full at every sample, in a second stop that reads frame
+#: by frame: 0.4-1.8 ms held on a 600-900 deep recursion on 3.8/3.10, 4 ms on 3000, where each frame
+#: object (read for its first 100 bytes) sits ~450 bytes from the next, so coalesced ranges cover ~450
+#: bytes per frame. 2 MiB covers ~4600 such frames, more than a capture reads (``capture.MAX_FRAMES``);
+#: at 256 KiB the cliff was at ~550.
+MAX_PLAN_BYTES = 2 << 20
 #: ranges a plan that missed keeps from before at least (``next_ranges``): a recursive fib(22) used 24
 #: distinct frame objects on 3.8 and 3.10 (a 17-frame median stack); a range costs ~0.6 us in the kernel
 #: unless it merges with a neighbour

@@ -34,8 +34,10 @@ if TYPE_CHECKING:  # capture.py imports this module
 
 _U64 = struct.Struct("<Q")
 
-#: the copy area of one capture: plan ranges first, then the addresses read one by one
-BUFFER_BYTES = 2 << 20
+#: the copy area of one capture: plan ranges first (at most ``plan.MAX_PLAN_BYTES``, 2 MiB: MAX_FRAMES
+#: frame objects of 3.8-3.10, ~450 bytes apart), then the addresses read one by one. Anonymous memory,
+#: so only the pages a capture has used count against nprof's memory (typically tens of KiB)
+BUFFER_BYTES = 4 << 20
 #: the kernel maps memory in pages: a range that ends inside a page can grow to that page's end and still
 #: touch only pages it already touched, so the longer read cannot fault where the shorter one did not. The
 #: target runs on this machine's kernel, so its page size is ours.
@@ -119,11 +121,13 @@ class ScatterReader:
     """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs."""
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_own_view", "_local", "_remote", "_batch")
+                 "_memory", "_own_view", "_local", "_remote", "_batch")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
-        self.buffer = ctypes.create_string_buffer(capacity)
+        # mmap'd rather than create_string_buffer, which would zero (and so make resident) every page
+        self._memory = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.buffer = (ctypes.c_char * capacity).from_buffer(self._memory)
         self.base = ctypes.addressof(self.buffer)
         self.view = self._own_view = memoryview(self.buffer).cast("B")
         self.plan = EMPTY_PLAN

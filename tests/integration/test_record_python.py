@@ -72,12 +72,12 @@ def test_pure_python_chain(interp, tmp_path):
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.10", "3.12")])
 def test_deep_chain_is_copied_in_one_stop(interp, tmp_path):
-    """A 700-frame chain (the default recursion limit is 1000): its read plan covers it whole, so the stop
-    copies it at once and it is walked after resume. With 3.8-3.10's frame objects ~450 bytes apart a plan
-    of at most 256 KiB held ~550 frames: every sample of a deeper chain missed and was captured again in
-    a second stop that read frame by frame (0.4-1.8 ms held on 600-900 frames)."""
-    path = script("chain.py")
-    depth = 700
+    """A steady 3000-frame chain: its read plan covers it whole, so the stop copies it at once and it is
+    walked after resume. With 3.8-3.10's frame objects ~450 bytes apart a plan of at most 256 KiB held ~550
+    frames: every sample of a deeper chain missed and was captured again in a second stop that read frame
+    by frame (0.4-1.8 ms held on 600-900 frames, 4 ms on 3000)."""
+    path = script("deep.py")
+    depth = 3000
     out = str(tmp_path / "deep.speedscope.json")
     with running_target([interp.path, path, str(depth)], ready_at=2) as target:
         record(target.pid, out, duration="1.5")

@@ -267,6 +267,32 @@ def test_second_capture_is_one_syscall(target):
     assert names_of(codes, decoded) == ["e", "d", "c", "b", "a"]
 
 
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_reads_outside_the_plan_take_whole_pages(target):
+    """A chain the plan has not met (the first capture, or a deep recursion built anew): each read copies
+    the whole pages around what it needs, so frames allocated next to each other cost one syscall per
+    page, not one each; a frame on a later page is read then."""
+    names = [f"f{i}" for i in range(12)]
+    codes = {name: target.code(name, 10) for name in names}
+    frame_size = max(target.layout.frame.size, target.layout.frame.localsplus) + 16
+    per_page = PAGE_SIZE // frame_size
+    assert per_page >= 3, "the fake's frames must share pages for this test to mean anything"
+    target.top = (target.top + PAGE_SIZE - 1) & -PAGE_SIZE
+    previous = 0
+    frames = []
+    for name in reversed(names):  # the outermost first, as a recursion allocates them
+        previous = target.frame(codes[name], previous, position=1)
+        frames.append(previous)
+    pages = {addr // PAGE_SIZE for addr in frames}
+    target.syscalls = 0
+    stack, wanted = capture(target, target.thread_state(previous))
+    assert wanted is not None and stack.status is CaptureStatus.OK
+    frame_reads = target.syscalls - 2  # the thread state's read, and one scatter read of the code headers
+    assert frame_reads <= len(pages) < len(names), (frame_reads, len(pages))
+    (decoded, _), codes_cache = decode(target, stack)
+    assert names_of(codes_cache, decoded) == names
+
+
 @pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 12)], id="3.12")], indirect=True)
 def test_shims_mark_the_frame_newer_than_them_3_12(target):
     # innermost first: SHIM (an activation with no frame yet), h, SHIM, g, f, SHIM: the outer activation

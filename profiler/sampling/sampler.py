@@ -17,6 +17,7 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
+from profiler.sampling.collector import SurvivorFreezer
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
@@ -76,6 +77,7 @@ class Sampler:
         self.end_reason = EndReason.STOPPED
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_housekeeping``)
         self.priority = SamplingPolicy(config.priority)  #: real-time from each sleep to the end of its stops
+        self.collector = SurvivorFreezer()  #: keeps the garbage collector's full passes out of the recording
         self.stacks = StackRecorder(session, config)
         self.idle = IdleCheck(session, config.interrupt_sleeping)
         self.agent_calls = AgentCalls(session, self.targets)
@@ -118,6 +120,7 @@ class Sampler:
         message = priority.start()
         if message:
             self._notice(message)
+        self.collector.start(due)
         try:
             while True:
                 if end is not None and due >= end:
@@ -139,6 +142,7 @@ class Sampler:
                     due = end
         finally:
             priority.normal()
+            self.collector.stop()
         self.session.meta.duration = time.monotonic() - self.started
 
     def tick(self) -> Tick:
@@ -193,8 +197,10 @@ class Sampler:
 
     def _housekeeping(self, now: float) -> None:
         """Between ticks, every SYNC_INTERVAL: new threads of every process; less often also new children,
-        execs, and runtimes that fresh processes loaded since (``processes.look_again``)."""
+        execs, and runtimes that fresh processes loaded since (``processes.look_again``), and the freeze of
+        what survived the garbage collector (``collector.py``)."""
         self._next_sync = now + SYNC_INTERVAL
+        self.collector.tick(now)
         self.processes.look_again()
         for pid, target in self.targets.items():
             if self.tracer.seized.process_alive(pid):

@@ -15,6 +15,7 @@ import enum
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
+from agents.cpython.plan import KEEP_MIN
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader
 from agents.cpython.threads import ThreadStateInfo
 
@@ -165,8 +166,12 @@ class ChainCopier:
         status = self._walk(reader, frame, out)
         out.status = status
         codes = self._copy_headers(reader, out)
-        where = reader.plan.where
-        if not reader.misses and len(where) <= 2 * (len(fixed) + len(cframe) + len(out.addrs) + len(codes)):
+        # a plan that read everything is kept while it holds no more than a miss would have kept beside what
+        # this capture needed (``plan.next_ranges``): a loop that alternates between two call paths (json's
+        # dumps and loads) needs both paths' code objects, and a plan shrunk to one path at each sample that
+        # needed less than half of it missed at the next sample of the other, a second stop each time
+        needed = len(fixed) + len(cframe) + len(out.addrs) + len(codes)
+        if not reader.misses and len(reader.plan.where) <= needed + max(KEEP_MIN, needed):
             return out, None
         size, csize = self.frame_size, self.code_size
         frames = [(addr, size) for addr in out.addrs]

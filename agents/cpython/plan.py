@@ -141,8 +141,8 @@ def next_ranges(
     one ``process_vm_readv`` per frame during the stop (a median of 5 per capture on a recursive ``fib``).
     An old range inside ``unread``, the planned range the capture's prefetch could not read (a freed
     frame's memory returned to the system), is not kept: the kernel stops at the first range that faults,
-    so it would cut every later prefetch short. A plan grown past twice what a capture needs is rebuilt
-    from that capture alone (``ChainCopier.copy`` asks for it)."""
+    so it would cut every later prefetch short. A plan that holds more than this would keep beside what a
+    capture needed is rebuilt from that capture alone (``ChainCopier.copy`` asks for it)."""
     lo, hi = (unread[0], unread[0] + unread[1]) if unread else (0, 0)
     addrs = {addr for addr, _size in needed}
     kept = [entry for entry in old if entry[0] not in addrs and not lo <= entry[0] < hi]

@@ -89,6 +89,20 @@ def test_deep_chain_is_copied_in_one_stop(interp, tmp_path):
     assert again <= 0.1 * (again + settled), counters
 
 
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
+def test_alternating_call_paths_share_one_plan(interp, tmp_path):
+    """A loop alternating between a shallow and a deep call path: one read plan serves both, so nearly every
+    sample is copied in one stop. A plan used to be cut back to one path whenever a sample needed less than
+    half of it, and the next sample of the other path missed and stopped the thread again: 19% of samples
+    of a json.dumps/json.loads loop were stopped twice."""
+    out = str(tmp_path / "alternate.folded")
+    with running_target([interp.path, script("alternate.py")], ready_at=2) as target:
+        record(target.pid, out, "-r", "500")
+    counters = Session.load(str(tmp_path / "alternate.nprof")).counters
+    again, settled = counters.get("python_stacks_recaptured", 0), counters.get("python_stacks_snapshots", 0)
+    assert settled > 0 and again <= 0.03 * (again + settled), counters
+
+
 @pytest.mark.parametrize("interp", INTERPRETERS)
 def test_ctypes_qsort_calls_back_into_python(interp, tmp_path):
     path = script("callbacks.py")

@@ -92,6 +92,8 @@ class ThreadLayout:
     #: 3.11/3.12: offset of ``current_frame`` inside the ``_PyCFrame`` that ``frame`` points to; None otherwise
     cframe_current_frame: int | None
     size: int  #: sizeof(PyThreadState): bounds every field above
+    #: 3.11/3.12: offset of ``previous`` (the enclosing eval loop's ``_PyCFrame``) in a ``_PyCFrame``
+    cframe_previous: int | None = None
 
 
 @dataclass(frozen=True)

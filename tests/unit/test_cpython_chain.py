@@ -293,6 +293,30 @@ def test_reads_outside_the_plan_take_whole_pages(target):
     assert names_of(codes_cache, decoded) == names
 
 
+@pytest.mark.parametrize("target", [pytest.param(TABLES[v], id=f"3.{v[1]}") for v in [(3, 11), (3, 12)]],
+                         indirect=True)  # fmt: skip
+def test_a_thread_stopped_entering_its_eval_loop_shows_the_enclosing_python_stack(target):
+    """``_PyEval_EvalFrameDefault`` points ``tstate->cframe`` at its new ``_PyCFrame`` before it sets that
+    cframe's ``current_frame``, which still holds a C-stack leftover: here a shim-like record whose
+    ``previous`` is not a pointer yet. The walk falls back to the enclosing cframe's chain."""
+    t = target.layout.thread
+    info, frames = chain(target, ["caller", "main"])  # the Python stack of the eval loop that calls out
+    outer_cframe = target.read(info.addr + t.frame, 8)
+    leftover = target.frame(target.code("leftover", 1), 0, owner=OWNER_CSTACK)
+    target.link(leftover, 1)  # not set yet
+    entering = target.alloc(32)
+    target.put(entering + t.cframe_current_frame, "Q", leftover)
+    target.put(entering + t.cframe_previous, "Q", int.from_bytes(outer_cframe, "little"))
+    target.put(info.addr + t.frame, "Q", entering)
+    stack, wanted = capture(target, info)
+    assert stack.status is CaptureStatus.OK
+    (decoded, _), codes = decode(target, stack)
+    assert names_of(codes, decoded) == ["caller", "main"]
+    # the next plan holds both cframes, so a snapshot in the same state needs no second stop
+    cframes = {addr for addr, _size in wanted[1]}
+    assert entering in cframes and int.from_bytes(outer_cframe, "little") in cframes
+
+
 @pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 12)], id="3.12")], indirect=True)
 def test_shims_mark_the_frame_newer_than_them_3_12(target):
     # innermost first: SHIM (an activation with no frame yet), h, SHIM, g, f, SHIM: the outer activation

@@ -2,9 +2,11 @@
 
     qsort mode:  main -> py_caller -> [ctypes/libffi] -> libc qsort -> ... -> [libffi closure] -> py_comparator
     lib mode:    main -> py_caller -> [ctypes/libffi] -> c_iterate -> c_dispatch -> [closure] -> py_callback
+    sorted mode: main -> py_caller -> builtin sorted -> the key lambda, a call into Python per item
 
-argv[1]: readiness fd; argv[2]: "qsort" or "lib"; argv[3]: path of callback_lib.so (lib mode).
-The callbacks spin a little, so most samples land inside them (the hot lines are marked).
+argv[1]: readiness fd; argv[2]: "qsort", "lib" or "sorted"; argv[3]: path of callback_lib.so (lib mode).
+The qsort and lib callbacks spin a little, so most samples land inside them (the hot lines are marked); the
+sorted key does nearly nothing, so many samples land in the interpreter entering and leaving it.
 """
 
 import ctypes
@@ -34,6 +36,9 @@ def py_caller(mode, lib):
         libc = ctypes.CDLL(None)
         values = (ctypes.c_int * 512)(*[(i * 7919) % 1009 for i in range(512)])
         libc.qsort(values, len(values), ctypes.sizeof(ctypes.c_int), CMP(py_comparator))  # at:qsort
+    elif mode == "sorted":
+        for _ in range(50):
+            sorted(range(200), key=lambda x: -x)  # at:sorted
     else:
         lib.c_iterate(CALLBACK(py_callback), 200)  # at:iterate
 

@@ -557,7 +557,8 @@ def test_a_snapshot_settles_to_what_the_stop_saw(target):
 def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     """A chain that grew past the plan, or a code object born at a known code address (it must be decoded
     while its frame keeps it alive), cannot be settled from the snapshot: ``RECAPTURE``, counted, and the
-    capture in the next stop (the sampler's) sees the new chain."""
+    capture in the next stop (the sampler's) sees the new chain. On 3.8-3.10 a newest frame the snapshot
+    lacks is seen in the stop itself: no snapshot is returned, and the sampler captures in full at once."""
     info, frames = chain(target, ["c", "b", "a"])
     session = session_over(target, info)
     planned(session, target)
@@ -568,7 +569,11 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
         target.put(cframe + t.cframe_current_frame, "Q", deeper)
     else:
         target.put(info.addr + t.frame, "Q", deeper)
-    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
+    data = session.snapshot(TID, REGS)
+    if session._copier.check_newest:
+        assert data is None and session.stats.newest_unplanned == 1
+    else:
+        assert session.settle(data) is RECAPTURE
     again = session.capture(TID, REGS)
     (decoded, _), _ = decode(target, again, session.codes)
     assert names_of(session.codes, decoded) == ["deeper", "c", "b", "a"]
@@ -580,7 +585,7 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     if c.version is not None:
         target.put(code_b + c.version, "I", 999)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
-    assert session.stats.recaptured == 2 and session.stats.snapshots == 0
+    assert session.stats.recaptured == 2 - session._copier.check_newest and session.stats.snapshots == 0
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)

@@ -97,8 +97,8 @@ class ChainCopier:
         self.cframe_offset = t.cframe_current_frame
         self.cframe_previous = t.cframe_previous
         #: bytes of a ``_PyCFrame`` read: through ``current_frame``, and ``previous`` where it is known
-        self.cframe_size = max(o + 8 for o in (t.cframe_current_frame, t.cframe_previous) if o is not None) \
-            if t.cframe_current_frame is not None else 0
+        cframe_fields = ((t.cframe_current_frame, 8), (t.cframe_previous, 8))
+        self.cframe_size = span(*cframe_fields) if t.cframe_current_frame is not None else 0
         fields = {"previous": (f.previous, "Q"), "code": (f.code, "Q")}
         fields["instr"] = (f.instr, "i" if f.kind is FrameKind.FRAME_OBJECT else "Q")
         if f.owner is not None:
@@ -225,8 +225,8 @@ class ChainCopier:
         Python stack at that point is the enclosing eval loop's: walk from ``cframe->previous`` (the native
         stack has the new eval loop's frame without a group yet, a surplus anchor the merge places). Seen
         in 2-3% of the samples of a loop calling ``sorted(key=lambda x: -x)`` on 3.12, each of which had
-        shown one bogus frame above the native stack. Returns the walk's status; the first walk's if the
-        enclosing chain cannot be read either."""
+        shown one bogus frame above the native stack. Returns the new walk's status, or ``status`` (the
+        first walk's, whose frames are kept) if the enclosing cframe cannot be read."""
         if not 4096 <= previous < USER_LIMIT or previous & 7:
             return status
         cframe.append((previous, self.cframe_size))

@@ -15,7 +15,6 @@ import enum
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
-from agents.cpython.plan import KEEP_MIN
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
 from agents.cpython.threads import ThreadStateInfo
 
@@ -177,12 +176,10 @@ class ChainCopier:
             status = self._walk(reader, frame, out)
         out.status = status
         codes = self._copy_headers(reader, out)
-        # a plan that read everything is kept while it holds no more than a miss would have kept beside what
-        # this capture needed (``plan.next_ranges``): a loop that alternates between two call paths (json's
-        # dumps and loads) needs both paths' code objects, and a plan shrunk to one path at each sample that
-        # needed less than half of it missed at the next sample of the other, a second stop each time
+        # a plan that read everything and holds at most twice what this capture needed is kept as it is; a
+        # larger one may be cut back to this capture's reads (``ThreadSlot.note`` decides when)
         needed = len(fixed) + len(cframe) + len(out.addrs) + len(codes)
-        if not reader.misses and len(reader.plan.where) <= needed + max(KEEP_MIN, needed):
+        if not reader.misses and len(reader.plan.where) <= 2 * needed:
             return out, None
         size, csize = self.frame_size, self.code_size
         frames = [(addr, size) for addr in out.addrs]

@@ -39,7 +39,7 @@ KEEP_MIN = 64
 class ReadPlan:
     """Remote ranges to prefetch, and where each planned address lands in the buffer."""
 
-    __slots__ = ("count", "remote", "ends", "total", "where", "_starts", "_spans")
+    __slots__ = ("count", "remote", "ends", "total", "where", "touched", "_starts", "_spans")
 
     def __init__(self, ranges: list[tuple[int, int]], where: dict[int, tuple[int, int, int]]) -> None:
         self.count = len(ranges)
@@ -54,6 +54,9 @@ class ReadPlan:
             self.ends.append(total)
         self.total = total
         self.where = where  #: addr -> (buffer offset, size, iovec index)
+        #: per range: found something a walk needed since the plan was built (``find``); what an oversized
+        #: plan keeps when it is cut back (``ThreadSlot.rebuild``)
+        self.touched = bytearray(max(self.count, 1))
         #: every range as (remote start, remote end, buffer offset, iovec index), by start (``find``)
         spans = sorted(
             (addr, addr + size, end - size, i) for i, ((addr, size), end) in enumerate(zip(ranges, self.ends))
@@ -76,6 +79,7 @@ class ReadPlan:
         was built from (coalesced neighbours, the rest of the newest frame's page)."""
         hit = self.where.get(addr)
         if hit is not None and hit[1] >= size and hit[2] < done:
+            self.touched[hit[2]] = 1
             return hit[0]
         i = bisect.bisect_right(self._starts, addr) - 1
         if i < 0:
@@ -83,7 +87,13 @@ class ReadPlan:
         start, end, offset, index = self._spans[i]
         if addr + size > end or index >= done:
             return -1
+        self.touched[index] = 1
         return offset + addr - start
+
+    def served(self, addr: int) -> bool:
+        """Whether the range that holds planned address ``addr`` has found anything for a walk."""
+        hit = self.where.get(addr)
+        return hit is not None and bool(self.touched[hit[2]])
 
 
 EMPTY_PLAN = ReadPlan([], {})
@@ -141,8 +151,8 @@ def next_ranges(
     one ``process_vm_readv`` per frame during the stop (a median of 5 per capture on a recursive ``fib``).
     An old range inside ``unread``, the planned range the capture's prefetch could not read (a freed
     frame's memory returned to the system), is not kept: the kernel stops at the first range that faults,
-    so it would cut every later prefetch short. A plan that holds more than this would keep beside what a
-    capture needed is rebuilt from that capture alone (``ChainCopier.copy`` asks for it)."""
+    so it would cut every later prefetch short. A plan grown past twice what a capture needs is cut back,
+    once it has served a while without a miss, to what its walks used (``ThreadSlot.note``)."""
     lo, hi = (unread[0], unread[0] + unread[1]) if unread else (0, 0)
     addrs = {addr for addr, _size in needed}
     kept = [entry for entry in old if entry[0] not in addrs and not lo <= entry[0] < hi]

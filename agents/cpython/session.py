@@ -152,8 +152,7 @@ class CPythonSession:
         reader = self._reader
         reader.begin(slot.plan)
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
-        if wanted is not None:
-            slot.note(wanted, reader.misses > 0, reader.unread_range())
+        slot.note(wanted, reader.misses > 0, reader.unread_range())
         self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         if out.status == CaptureStatus.STALE:
             self._stale = True  # the thread state moved on (thread exited, tid reused): remap at refresh
@@ -197,8 +196,7 @@ class CPythonSession:
             self.stats.recaptured += 1
             return RECAPTURE
         self.stats.snapshots += 1
-        if wanted is not None:
-            data.note(wanted, False, None)  # a plan grown past twice what this capture needed: shrink it
+        data.note(wanted, False, None)  # counts a clean capture; may cut back a plan grown too large
         if out.status == CaptureStatus.STALE:
             self._stale = True
         return out

@@ -21,7 +21,7 @@ from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.offsets import TABLES
 from agents.cpython.plan import build_plan
-from agents.cpython.scatter import PAGE_SIZE, ScatterReader, ThreadSlot
+from agents.cpython.scatter import PAGE_SIZE, SHRINK_AFTER, ScatterReader, ThreadSlot
 from agents.cpython.session import CPythonSession, SessionStats
 from agents.cpython.threads import ThreadStateInfo, walk_thread_states
 from profiler.runtime import RECAPTURE
@@ -416,6 +416,31 @@ def test_plan_near_its_byte_budget_reads_a_range_alone_rather_than_the_gap_befor
     ranges = [(plan.remote[2 * i], plan.remote[2 * i + 1]) for i in range(plan.count)]
     assert ranges == [(0x1000_0000, 2 * 450 + 100), (0x1000_0000 + 3 * 450, 100)]
     assert plan.total == 1100 and all(plan.find(addr, 100, done=plan.count) >= 0 for addr, _ in rest)
+
+
+def test_an_oversized_plan_keeps_what_its_walks_used_and_drops_the_rest():
+    """A plan holds the union of the paths its thread took. Cut back to one capture's reads at each sample
+    that needed less than half of it, a loop alternating between two paths missed at every switch; never
+    cut back, a plan kept an earlier phase's ranges for good. After SHRINK_AFTER captures without a miss,
+    the ranges no walk used go, and those any walk used stay."""
+    tstate = (0x9000_0000, 168)
+    earlier = [(0x1000_0000 + 0x10000 * i, 64) for i in range(10)]  # a warm-up's code headers, scattered
+    path_a = [(0x2000_0000 + 0x10000 * i, 64) for i in range(3)]
+    path_b = [(0x3000_0000 + 0x10000 * i, 64) for i in range(3)]
+    slot = ThreadSlot(TID, ThreadStateInfo(tstate[0], 0, TID, TID, 0))
+    slot.note(([tstate], earlier + path_a + path_b), True, None)
+    slot.rebuild()
+    for i in range(SHRINK_AFTER):
+        path = path_a if i % 2 else path_b  # the loop alternates; the warm-up is over
+        for addr, size in [tstate, *path]:
+            assert slot.plan.find(addr, size, done=slot.plan.count) >= 0
+        slot.note(([tstate], path), False, None)  # oversized: copy() offers this capture's reads
+        if i < SHRINK_AFTER - 1:
+            assert slot.pending is None, "kept while it has not served long enough"
+    slot.rebuild()
+    kept = set(slot.plan.where)
+    assert {addr for addr, _ in path_a + path_b} <= kept
+    assert not kept & {addr for addr, _ in earlier}
 
 
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)

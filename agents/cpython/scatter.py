@@ -117,9 +117,10 @@ class ThreadSlot:
         the ranges any walk used meanwhile (``ReadPlan.served``)."""
         if not missed:
             self.clean += 1
-            if wanted is None or self.clean < SHRINK_AFTER:
+            if self.clean < SHRINK_AFTER:
                 return
-        self.pending = (wanted, missed, unread)  # type: ignore[assignment]
+        if wanted is not None:  # None: nothing to plan from (a stale thread state, a plan that fits)
+            self.pending = (wanted, missed, unread)
 
     def rebuild(self) -> None:
         """After resume: the plan for what the last capture asked (nothing to do if it asked nothing)."""

@@ -443,6 +443,16 @@ def test_an_oversized_plan_keeps_what_its_walks_used_and_drops_the_rest():
     assert not kept & {addr for addr, _ in earlier}
 
 
+def test_a_capture_with_nothing_to_plan_from_leaves_the_plan_alone():
+    """A capture that missed a read and then found its thread state stale (the thread exited, its tid
+    reused) asks for no plan: nothing is pending, and the next rebuild has nothing to do."""
+    slot = ThreadSlot(TID, ThreadStateInfo(0x9000_0000, 0, TID, TID, 0))
+    slot.note(None, True, None)
+    assert slot.pending is None
+    slot.rebuild()
+    assert slot.plan.count == 0
+
+
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
 def test_reader_recovers_from_a_plan_that_hits_unmapped_memory(target):
     info, frames = chain(target, ["c", "b", "a"])

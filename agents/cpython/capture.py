@@ -12,11 +12,14 @@ moment its identity is certain. ``code.py`` compares it after resume to guard it
 from __future__ import annotations
 
 import enum
+import struct
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
 from agents.cpython.threads import ThreadStateInfo
+
+_U64 = struct.Struct("<Q")
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
 #: what a capture read, for the next read plan: (fixed reads in order, other reads)
@@ -111,9 +114,6 @@ class ChainCopier:
         self.frame_size = self.frame_unpack.size
         #: frames live in a per-thread stack that grows upward (3.11+), not in separate heap objects
         self.data_stack = f.kind is FrameKind.INTERPRETER_FRAME
-        #: a snapshot is checked for the newest frame in the stop (``newest_frame_planned``): 3.8-3.10, where
-        #: the thread state points at it directly and a new call's frame is a new object
-        self.check_newest = not self.data_stack and self.cframe_offset is None
         self.shim_owners = f.shim_owners
         self.ref_mask = f.ref_mask
         self.code_size = layout.code.size
@@ -170,7 +170,7 @@ class ChainCopier:
             off = reader.get(frame, self.cframe_size) if 4096 <= frame < USER_LIMIT else -1
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0
             status = self._walk(reader, frame, out)
-            if status.truncated and len(out.addrs) <= 1 and off >= 0 and self.cframe_previous is not None:
+            if status.truncated and off >= 0 and self.cframe_previous is not None:
                 status = self._walk_entering(reader, reader.u64(off + self.cframe_previous), out, cframe, status)
         else:
             status = self._walk(reader, frame, out)
@@ -192,19 +192,27 @@ class ChainCopier:
         return out, (fixed, cframe + frames + [(c, csize) for c in codes])
 
     def newest_frame_planned(self, snap: Snapshot, info: ThreadStateInfo) -> bool:
-        """During the stop, right after a snapshot (3.8-3.10): whether it holds the thread's newest frame.
+        """During the stop, right after a snapshot: whether it holds the thread's newest frame (and on
+        3.11/3.12 the ``_PyCFrame`` that points at it).
 
         Each call on 3.8-3.10 runs in a frame object of its own, and one not at an address seen before (a
         code object keeps one spare frame, which another thread running the same function may hold) is
         the usual way a snapshot falls short: 74% of those that did in a four-thread program calling
-        generators, methods, sorted, json and re, on 3.10, missed exactly the newest frame. Found here,
-        the thread is captured in full in this stop instead of being stopped a second time after the
-        walk of the snapshot fails. A couple of lookups; True when it cannot tell (``settle`` decides)."""
+        generators, methods, sorted, json and re, on 3.10, missed exactly the newest frame. On 3.11+ a
+        generator's frame lives in the generator object, and an eval loop entered from C has its cframe
+        at a C-stack place the plan may not know: 35 of 85 on 3.12 in the same program. Found here, the
+        thread is captured in full in this stop instead of being stopped a second time after the walk of
+        the snapshot fails. A few lookups; True when it cannot tell (``settle`` decides)."""
         plan, done, view = snap.plan, snap.done, snap.view
         off = plan.find(info.addr, self.tstate_size, done)
         if off < 0:
             return True
         frame = self.tstate_unpack.unpack_from(view, off)[self.tstate_frame]
+        if frame and self.cframe_offset is not None:
+            off = plan.find(frame, self.cframe_size, done)
+            if off < 0:
+                return False
+            frame = _U64.unpack_from(view, off + self.cframe_offset)[0]
         return not frame or plan.find(frame, self.frame_size, done) >= 0
 
     def _walk_entering(
@@ -215,25 +223,33 @@ class ChainCopier:
         cframe: list[tuple[int, int]],
         status: CaptureStatus,
     ) -> CaptureStatus:
-        """3.11/3.12, a thread stopped while its eval loop is being entered: ``_PyEval_EvalFrameDefault`` sets
-        ``tstate->cframe`` to its new ``_PyCFrame`` a few instructions before that cframe's
-        ``current_frame`` (Python/ceval.c), which until then holds what the C stack held there before, often
-        the shim frame of an earlier call at the same depth, whose ``previous`` is not set yet either. The
+        """3.11/3.12, a walk cut short before it reached the enclosing eval loop's frames: the thread was
+        stopped while its eval loop was being entered. ``_PyEval_EvalFrameDefault`` sets ``tstate->cframe``
+        to its new ``_PyCFrame`` a few instructions before that cframe's ``current_frame``
+        (Python/ceval.c), which until then holds what the C stack held there before: on 3.12 often the
+        shim frame of an earlier call at the same depth, whose ``previous`` is not set yet; on 3.11 the
+        frame an earlier call at that depth returned from, whose memory the new call is reusing. The
         Python stack at that point is the enclosing eval loop's: walk from ``cframe->previous`` (the native
         stack has the new eval loop's frame without a group yet, a surplus anchor the merge places). Seen
-        in 2-3% of the samples of a loop calling ``sorted(key=lambda x: -x)`` on 3.12, each of which had
-        shown one bogus frame above the native stack. Returns the new walk's status, or ``status`` (the
-        first walk's, whose frames are kept) if the enclosing cframe cannot be read."""
+        in 2-3% (3.12) and 1-1.5% (3.11) of the samples of a loop calling ``sorted(key=lambda x: -x)``,
+        which had shown bogus frames, or none, above the native stack.
+
+        A consistent chain passes through the enclosing cframe's frame; a walk cut short after it keeps
+        its frames. Returns the new walk's status, or ``status`` (the first walk's, whose frames are kept)
+        if the enclosing cframe cannot be read or the first walk got past it."""
         if not 4096 <= previous < USER_LIMIT or previous & 7:
             return status
         cframe.append((previous, self.cframe_size))
         off = reader.get(previous, self.cframe_size)
         if off < 0:
             return status
+        enclosing = reader.u64(off + self.cframe_offset)
+        if enclosing in out.addrs:
+            return status  # cut short further out: not this
         out.addrs.clear()
         out.values.clear()
         out.code_headers.clear()
-        return self._walk(reader, reader.u64(off + self.cframe_offset), out)
+        return self._walk(reader, enclosing, out)
 
     def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
         """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and

@@ -60,7 +60,7 @@ class SessionStats:
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
-    #: snapshots without the newest frame (3.8-3.10): captured in full in the same stop instead
+    #: snapshots without the newest frame (or 3.11/3.12's cframe to it): captured in full in the same stop
     newest_unplanned: int = 0
 
 
@@ -166,7 +166,7 @@ class CPythonSession:
         slot = self._slots.get(tid if self._native_keys else regs.fs_base)  # type: ignore[attr-defined]
         if slot is None or slot.pending is not None or not slot.snap.take(self._reader.pid, tid, slot.plan):
             return None
-        if self._copier.check_newest and not self._copier.newest_frame_planned(slot.snap, slot.info):
+        if not self._copier.newest_frame_planned(slot.snap, slot.info):
             self.stats.newest_unplanned += 1
             return None  # captured in full in this stop, rather than in a second one after ``settle``
         return slot

@@ -45,11 +45,7 @@ _CALL_GLUE_SUBSTRING = re.compile("|".join(CALL_GLUE_SUBSTRINGS))
 #: what each name of interest is: (eval loop, GIL wait, call glue); one dict lookup per symbol
 _KINDS = {name: (name in EVAL_FUNCTIONS, name in GIL_WAIT_FUNCTIONS, name in CALL_GLUE)
           for name in EVAL_FUNCTIONS | GIL_WAIT_FUNCTIONS | CALL_GLUE}  # fmt: skip
-
-
-def base_name(symbol: str) -> str:
-    """``_PyEval_EvalFrameDefault.cold`` -> ``_PyEval_EvalFrameDefault``."""
-    return symbol.split(".", 1)[0]
+_OTHER = (False, False, False)
 
 
 class AddressRanges:
@@ -85,18 +81,17 @@ class InterpreterFunctions:
             # a dict lookup and a regex search per name (6-20 ms -> 2-5 ms here)
             kinds, glue_substring = _KINDS, _CALL_GLUE_SUBSTRING.search
             for name, start, end in zip(names, starts, ends):
-                base = name.partition(".")[0]  # base_name, inlined
-                kind = kinds.get(base)
-                if kind is None:
-                    if glue_substring(base) is not None:
-                        glue.append((start + bias, end + bias))
+                base = name.partition(".")[0]  # a split part ("<name>.cold") belongs to its function
+                is_eval, is_gil_wait, is_glue = kinds.get(base, _OTHER)
+                is_glue = is_glue or glue_substring(base) is not None
+                if not (is_eval or is_gil_wait or is_glue):
                     continue
                 span = (start + bias, end + bias)
-                if kind[0]:
+                if is_eval:
                     evals.append(span)
-                if kind[1]:
+                if is_gil_wait:
                     gil.append(span)
-                if kind[2] or glue_substring(base) is not None:
+                if is_glue:
                     glue.append(span)
         self.eval = AddressRanges(evals)
         self.glue = AddressRanges(glue)

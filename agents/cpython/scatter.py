@@ -21,7 +21,15 @@ import mmap
 import struct
 from typing import TYPE_CHECKING
 
-from agents.cpython.plan import EMPTY_PLAN, IOV_MAX, ReadPlan, build_plan, next_ranges
+from agents.cpython.plan import (
+    EMPTY_PLAN,
+    IOV_MAX,
+    SHRINK_AFTER,
+    ReadPlan,
+    build_plan,
+    next_ranges,
+    served_ranges,
+)
 from agents.cpython.threads import ThreadStateInfo
 
 # python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
@@ -34,18 +42,12 @@ if TYPE_CHECKING:  # capture.py imports this module
 
 _U64 = struct.Struct("<Q")
 
-#: captures a plan must serve without a miss before it may be cut back to the ranges its walks used. A plan
-#: grows to the union of the call paths its thread alternates between (json's dumps and loads): cut back to
-#: one capture's reads at each sample that needed less than half of it, 19-38% of the samples of such
-#: programs missed and were stopped twice; never cut back, it keeps what an earlier phase of the program
-#: used (a varied warm-up, then a loop), which cost each of the loop's stops 10-30 us. A range no walk
-#: needed in this many captures is dropped; the paths a thread keeps coming back to stay.
-SHRINK_AFTER = 64
-
 #: the copy area of one capture: plan ranges first (at most ``plan.MAX_PLAN_BYTES``, 2 MiB: MAX_FRAMES
 #: frame objects of 3.8-3.10, ~450 bytes apart), then the addresses read one by one. Anonymous memory,
 #: so only the pages a capture has used count against nprof's memory (typically tens of KiB)
 BUFFER_BYTES = 4 << 20
+_NO_WINDOW = (0, 0, 0)
+
 #: the kernel maps memory in pages: a range that ends inside a page can grow to that page's end and still
 #: touch only pages it already touched, so the longer read cannot fault where the shorter one did not. The
 #: target runs on this machine's kernel, so its page size is ours.
@@ -114,7 +116,7 @@ class ThreadSlot:
         plan is rebuilt after resume). A plan that missed reads is rebuilt at once. One that read everything
         but holds more than twice what the capture needed (``ChainCopier.copy`` asks) is cut back, once it
         has served SHRINK_AFTER captures without a miss since it was built, to this capture's reads and
-        the ranges any walk used meanwhile (``ReadPlan.served``)."""
+        the ranges any walk used meanwhile (``plan.served_ranges``)."""
         if not missed:
             self.clean += 1
             if self.clean < SHRINK_AFTER:
@@ -129,8 +131,8 @@ class ThreadSlot:
         (fixed, rest), missed, unread = self.pending
         if missed:
             rest = next_ranges(self.used[1], rest, unread)
-        else:  # cut back: what walks of this plan used stays, the rest goes
-            rest = rest + [entry for entry in self.used[1] if self.plan.served(entry[0])]
+        else:
+            rest = served_ranges(self.plan, self.used[1], rest)
         self.used = (fixed, rest)
         self.plan = build_plan(fixed, rest)
         self.snap.fit(self.plan)
@@ -142,8 +144,7 @@ class ScatterReader:
     """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs."""
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_memory", "_own_view", "_local", "_remote", "_batch", "_window_start", "_window_end",
-                 "_window_offset")
+                 "_memory", "_own_view", "_local", "_remote", "_batch", "_window")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
@@ -165,8 +166,8 @@ class ScatterReader:
         self._local = (ctypes.c_uint64 * 2)(self.base, 0)
         self._remote = (ctypes.c_uint64 * 2)()
         self._batch = (ctypes.c_uint64 * (2 * IOV_MAX))()
-        #: the pages the last ``read_one`` copied: remote [start, end) at this buffer offset
-        self._window_start = self._window_end = self._window_offset = 0
+        #: the pages the last ``read_one`` copied: (remote start, remote end, buffer offset)
+        self._window = _NO_WINDOW
 
     def begin(self, plan: ReadPlan) -> None:
         """Prefetch every planned range with one syscall."""
@@ -176,7 +177,7 @@ class ScatterReader:
         self.syscalls = 0
         self.tail = plan.total
         self.done = 0
-        self._window_start = self._window_end = self._window_offset = 0
+        self._window = _NO_WINDOW
         if plan.count:
             self._local[0] = self.base
             self.done = plan.copy(self.pid, self._local)
@@ -192,7 +193,7 @@ class ScatterReader:
         self.tail = snapshot.plan.total
         self.misses = 0
         self.syscalls = 0
-        self._window_start = self._window_end = self._window_offset = 0
+        self._window = _NO_WINDOW
         self.frozen = True
 
     def end_replay(self) -> None:
@@ -226,9 +227,9 @@ class ScatterReader:
         whole page is readable wherever a byte of it is (the kernel maps and protects memory by page), so
         the longer read cannot fault where the exact one would not."""
         self.misses += 1
-        start = self._window_start
-        if start <= addr and addr + size <= self._window_end:
-            return self._window_offset + addr - start
+        start, end, offset = self._window
+        if start <= addr and addr + size <= end:
+            return offset + addr - start
         offset = self.tail
         if self.frozen or offset + size > len(self.buffer):
             return -1
@@ -244,7 +245,7 @@ class ScatterReader:
         n = process_vm_readv(self.pid, local, 1, remote, 1, 0)
         if n < addr + size - start:  # a short read of whole pages stops at a page the range needs too
             return -1
-        self._window_start, self._window_end, self._window_offset = start, start + n, offset
+        self._window = (start, start + n, offset)
         self.tail = offset + n
         return offset + addr - start
 

@@ -20,8 +20,8 @@ from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.offsets import TABLES
-from agents.cpython.plan import build_plan
-from agents.cpython.scatter import PAGE_SIZE, SHRINK_AFTER, ScatterReader, ThreadSlot
+from agents.cpython.plan import SHRINK_AFTER, build_plan
+from agents.cpython.scatter import PAGE_SIZE, ScatterReader, ThreadSlot
 from agents.cpython.session import CPythonSession, SessionStats
 from agents.cpython.threads import ThreadStateInfo, walk_thread_states
 from profiler.runtime import RECAPTURE

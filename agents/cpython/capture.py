@@ -12,14 +12,11 @@ moment its identity is certain. ``code.py`` compares it after resume to guard it
 from __future__ import annotations
 
 import enum
-import struct
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
 from agents.cpython.threads import ThreadStateInfo
-
-_U64 = struct.Struct("<Q")
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
 #: what a capture read, for the next read plan: (fixed reads in order, other reads)
@@ -212,7 +209,7 @@ class ChainCopier:
             off = plan.find(frame, self.cframe_size, done)
             if off < 0:
                 return False
-            frame = _U64.unpack_from(view, off + self.cframe_offset)[0]
+            frame = snap.u64(off + self.cframe_offset)
         return not frame or plan.find(frame, self.frame_size, done) >= 0
 
     def _walk_entering(

@@ -19,6 +19,10 @@ from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
 from agents.cpython.threads import ThreadStateInfo
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
+#: how far up the C stack an eval loop's ``_PyCFrame.previous`` may be from its own: the enclosing eval loop
+#: is one C call chain up the same stack, which glibc sizes at RLIMIT_STACK's soft limit for new threads,
+#: 8 MiB by default (pthread_create(3)); further away, or below, it is not a cframe
+MAX_CFRAME_GAP = 8 << 20
 #: what a capture read, for the next read plan: (fixed reads in order, other reads)
 Wanted = tuple[list[tuple[int, int]], list[tuple[int, int]]]
 
@@ -33,6 +37,9 @@ class CaptureStatus(enum.IntEnum):
     TRUNCATED_LOOP = 4  #: the chain came back to a frame it had visited
     TRUNCATED_DEPTH = 5  #: MAX_FRAMES frames were read
     TRUNCATED_BAD_POINTER = 6  #: a frame pointer was not a plausible address
+    #: stopped while entering an eval loop, before its ``_PyCFrame`` links to the enclosing one (3.11/3.12):
+    #: the Python stack is the enclosing eval loop's, which nothing read yet leads to. No frames
+    TRUNCATED_ENTERING = 7
 
     @property
     def truncated(self) -> bool:
@@ -92,12 +99,17 @@ class ChainCopier:
         self.tstate_unpack, names = fields_struct({"ident": (ident, "Q"), "frame": (t.frame, "Q")})
         self.tstate_ident = names.index("ident")
         self.tstate_frame = names.index("frame")
-        self.tstate_size = self.tstate_unpack.size
         self.cframe_offset = t.cframe_current_frame
         self.cframe_previous = t.cframe_previous
+        self.root_cframe = t.root_cframe
         #: bytes of a ``_PyCFrame`` read: through ``current_frame``, and ``previous`` where it is known
         cframe_fields = ((t.cframe_current_frame, 8), (t.cframe_previous, 8))
         self.cframe_size = span(*cframe_fields) if t.cframe_current_frame is not None else 0
+        #: bytes of the thread state read: its fields, and on 3.11/3.12 on to ``root_cframe`` (the struct's
+        #: end), which encloses every thread's outermost eval loop: in the same iovec, not one more
+        self.tstate_size = self.tstate_unpack.size
+        if t.root_cframe is not None:
+            self.tstate_size = max(self.tstate_size, t.root_cframe + self.cframe_size)
         fields = {"previous": (f.previous, "Q"), "code": (f.code, "Q")}
         fields["instr"] = (f.instr, "i" if f.kind is FrameKind.FRAME_OBJECT else "Q")
         if f.owner is not None:
@@ -164,13 +176,17 @@ class ChainCopier:
             # with the frames, not the fixed reads, so that a plan keeps the places it was seen at before
             # (plan.next_ranges), as it keeps frames: the C stack stays mapped while the thread lives.
             cframe.append((frame, self.cframe_size))
+            current = frame
             off = reader.get(frame, self.cframe_size) if 4096 <= frame < USER_LIMIT else -1
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0
-            status = self._walk(reader, frame, out)
-            if status.truncated and off >= 0 and self.cframe_previous is not None:
-                status = self._walk_entering(reader, reader.u64(off + self.cframe_previous), out, cframe, status)
+            seen: set[int] = set()
+            status = self._walk(reader, frame, out, seen)
+            checks = self.cframe_previous is not None and self.root_cframe is not None
+            if off >= 0 and checks and status != CaptureStatus.TRUNCATED_DEPTH:
+                previous = reader.u64(off + self.cframe_previous)  # type: ignore[operator]
+                status = self._check_enclosing(reader, info.addr, current, previous, out, cframe, status, seen)
         else:
-            status = self._walk(reader, frame, out)
+            status = self._walk(reader, frame, out, set())
         out.status = status
         codes = self._copy_headers(reader, out)
         # a plan that read everything and holds at most twice what this capture needed is kept as it is; a
@@ -212,49 +228,70 @@ class ChainCopier:
             frame = snap.u64(off + self.cframe_offset)
         return not frame or plan.find(frame, self.frame_size, done) >= 0
 
-    def _walk_entering(
+    def _check_enclosing(
         self,
         reader: ScatterReader,
+        tstate: int,
+        current: int,
         previous: int,
         out: StackCapture,
         cframe: list[tuple[int, int]],
         status: CaptureStatus,
+        seen: set[int],
     ) -> CaptureStatus:
-        """3.11/3.12, a walk cut short before it reached the enclosing eval loop's frames: the thread was
-        stopped while its eval loop was being entered. ``_PyEval_EvalFrameDefault`` sets ``tstate->cframe``
-        to its new ``_PyCFrame`` a few instructions before that cframe's ``current_frame``
-        (Python/ceval.c), which until then holds what the C stack held there before: on 3.12 often the
-        shim frame of an earlier call at the same depth, whose ``previous`` is not set yet; on 3.11 the
-        frame an earlier call at that depth returned from, whose memory the new call is reusing. The
-        Python stack at that point is the enclosing eval loop's: walk from ``cframe->previous`` (the native
-        stack has the new eval loop's frame without a group yet, a surplus anchor the merge places). Seen
-        in 2-3% (3.12) and 1-1.5% (3.11) of the samples of a loop calling ``sorted(key=lambda x: -x)``,
-        which had shown bogus frames, or none, above the native stack.
+        """3.11/3.12: check the walk from the current ``_PyCFrame`` against the enclosing eval loop's, and
+        walk that one instead when the thread was stopped while its eval loop was being entered.
 
-        A consistent chain passes through the enclosing cframe's frame; a walk cut short after it keeps
-        its frames. Returns the new walk's status, or ``status`` (the first walk's, whose frames are kept)
-        if the enclosing cframe cannot be read or the first walk got past it."""
-        if not 4096 <= previous < USER_LIMIT or previous & 7:
-            return status
-        cframe.append((previous, self.cframe_size))
+        Every eval loop links its first frame to the enclosing cframe's ``current_frame`` (3.11: the entry
+        frame's ``previous``; 3.12: its entry shim's), and ceval.c asserts as much when it returns, so a
+        consistent chain passes through that frame, or the enclosing cframe is the thread's
+        ``root_cframe``, which has none. But ``_PyEval_EvalFrameDefault`` sets ``tstate->cframe`` to its new
+        ``_PyCFrame`` some instructions before it fills in that cframe's ``current_frame`` and ``previous``
+        (one 16-byte store for both, in the pyenv 3.11 and 3.12 builds: 6 and 25 instructions later), which
+        until then hold what the C stack held there before:
+
+        * ``current_frame``: on 3.12 often the shim frame of an earlier call at the same depth, whose
+          ``previous`` is not set yet; on 3.11 the frame an earlier call at that depth returned from, whose
+          memory the new call is reusing, or a record whose chain ends at once (seen entering generators in
+          a pytest run: ~1 in 10,000 samples). Seen in 2-3% (3.12) and 1-1.5% (3.11) of the samples of a
+          loop calling ``sorted(key=lambda x: -x)``, which had shown bogus frames, or none.
+        * ``previous``: usually the enclosing cframe all the same (an earlier call at that depth stored
+          it), then the walk goes on from there: the Python stack at that point is the enclosing eval
+          loop's, and the native stack has the new eval loop's frame without a group yet, a surplus anchor
+          the merge places. But it can be anything: a pointer that is neither the thread's
+          ``root_cframe`` nor further up the C stack is not a cframe, and the capture is
+          ``TRUNCATED_ENTERING`` with no frames (``settle`` has the thread stopped again instead).
+
+        Returns the status of the walk kept: the first's (whose frames stay) when it went through the
+        enclosing frame or the enclosing cframe cannot be read."""
+        root = tstate + self.root_cframe  # type: ignore[operator]
+        if current == root:
+            return status  # no eval loop runs
+        if previous != root and (not current < previous <= current + MAX_CFRAME_GAP or previous & 7):
+            out.addrs.clear()
+            out.values.clear()
+            out.code_headers.clear()
+            return CaptureStatus.TRUNCATED_ENTERING
+        if previous != root:  # the root is read with the thread state (``tstate_size``)
+            cframe.append((previous, self.cframe_size))
         off = reader.get(previous, self.cframe_size)
         if off < 0:
             return status
         enclosing = reader.u64(off + self.cframe_offset)
-        if enclosing in out.addrs:
-            return status  # cut short further out: not this
+        if not enclosing or enclosing in seen:
+            return status  # the outermost eval loop, or a chain that reached the enclosing one's frames
         out.addrs.clear()
         out.values.clear()
         out.code_headers.clear()
-        return self._walk(reader, enclosing, out)
+        return self._walk(reader, enclosing, out, set())
 
-    def _walk(self, reader: ScatterReader, frame: int, out: StackCapture) -> CaptureStatus:
+    def _walk(self, reader: ScatterReader, frame: int, out: StackCapture, seen: set[int]) -> CaptureStatus:
         """Follow the chain from ``frame``, keeping each frame's address and unpacked fields in ``out`` and
-        noting each distinct code pointer in ``out.code_headers`` (-1 for now; a shim's -2). In ``capture`` the
-        loop runs with the thread stopped, so it does nothing that can wait until after resume."""
+        noting each distinct code pointer in ``out.code_headers`` (-1 for now; a shim's -2); ``seen`` (empty)
+        gets every frame address met. In ``capture`` the loop runs with the thread stopped, so it does
+        nothing that can wait until after resume."""
         addrs, values, headers = out.addrs, out.values, out.code_headers
         append_addr, append_values = addrs.append, values.append
-        seen: set[int] = set()
         add_seen = seen.add
         unpack = self.frame_unpack.unpack_from
         view, size, mask = reader.view, self.frame_size, self.ref_mask

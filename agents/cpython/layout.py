@@ -94,6 +94,8 @@ class ThreadLayout:
     size: int  #: sizeof(PyThreadState): bounds every field above
     #: 3.11/3.12: offset of ``previous`` (the enclosing eval loop's ``_PyCFrame``) in a ``_PyCFrame``
     cframe_previous: int | None = None
+    #: 3.11/3.12: offset of ``root_cframe``, the ``_PyCFrame`` a thread starts with (no eval loop encloses it)
+    root_cframe: int | None = None
 
 
 @dataclass(frozen=True)

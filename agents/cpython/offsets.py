@@ -102,10 +102,10 @@ def _v3_11() -> Layout:
         runtime=RuntimeLayout(interpreters_head=40, tstate_current=576),
         # Include/internal/pycore_interp.h: struct _is (threads.head, modules)
         interpreter=InterpreterLayout(next=0, threads_head=16, modules=888),
-        # Include/cpython/pystate.h: struct _ts (cframe, thread_id, native_thread_id); _PyCFrame is
-        # {uint8_t use_tracing; current_frame; previous}
+        # Include/cpython/pystate.h: struct _ts (cframe, thread_id, native_thread_id, root_cframe: its last
+        # member); _PyCFrame is {uint8_t use_tracing; current_frame; previous}
         thread=ThreadLayout(next=8, interp=16, thread_id=152, native_thread_id=160, frame=56,
-                            cframe_current_frame=8, size=360, cframe_previous=16),
+                            cframe_current_frame=8, size=360, cframe_previous=16, root_cframe=336),
         # Include/internal/pycore_frame.h: _PyInterpreterFrame (f_code, previous, prev_instr, is_entry, owner)
         frame=FrameLayout(FrameKind.INTERPRETER_FRAME, previous=48, code=32, instr=56, localsplus=72,
                           is_entry=68, owner=69),
@@ -136,9 +136,10 @@ def _v3_12() -> Layout:
         # (Include/internal/pycore_ceval_state.h), last_holder/locked in Include/internal/pycore_gil.h
         interpreter=InterpreterLayout(next=0, threads_head=72, modules=944, ceval_gil=384,
                                       gil_last_holder=8, gil_locked=16),
-        # Include/cpython/pystate.h: struct _ts; _PyCFrame is {current_frame; previous} (use_tracing gone)
+        # Include/cpython/pystate.h: struct _ts (root_cframe still last); _PyCFrame is {current_frame;
+        # previous} (use_tracing gone)
         thread=ThreadLayout(next=8, interp=16, thread_id=136, native_thread_id=144, frame=56,
-                            cframe_current_frame=0, size=288, cframe_previous=8),
+                            cframe_current_frame=0, size=288, cframe_previous=8, root_cframe=272),
         # Include/internal/pycore_frame.h: f_code first, owner after return_offset, shims owned by the C stack
         frame=FrameLayout(FrameKind.INTERPRETER_FRAME, previous=8, code=0, instr=56, localsplus=72,
                           owner=70, shim_owners=frozenset({FRAME_OWNED_BY_CSTACK})),

@@ -62,6 +62,9 @@ class SessionStats:
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
     #: snapshots without the newest frame (or 3.11/3.12's cframe to it): captured in full in the same stop
     newest_unplanned: int = 0
+    #: captures and snapshots of a thread entering an eval loop, with no frame to walk yet (3.11/3.12):
+    #: captured again in a second stop
+    entering: int = 0
 
 
 class CPythonSession:
@@ -184,6 +187,9 @@ class CPythonSession:
         frame's page (``ChainCopier.copy``), so that is rare: 0-0.5% of the captures of a recursive
         fib(22) recorded at 1 kHz (3.8-3.13), none of a steady chain."""
         if not isinstance(data, ThreadSlot):
+            if isinstance(data, StackCapture) and data.status == CaptureStatus.TRUNCATED_ENTERING:
+                self.stats.entering += 1
+                return RECAPTURE  # captured in the stop, a few instructions into an eval loop's entry
             return data
         snap, reader = data.snap, self._reader
         reader.replay(snap)
@@ -192,6 +198,11 @@ class CPythonSession:
             missed = reader.misses
         finally:
             reader.end_replay()
+        if out.status == CaptureStatus.TRUNCATED_ENTERING:
+            # stopped a few instructions into an eval loop's entry, with nothing to walk yet: a second
+            # stop finds it past them (``ChainCopier._check_enclosing``)
+            self.stats.entering += 1
+            return RECAPTURE
         if missed or not self.codes.decode_new(out, decode=False):  # known code objects only: no reads
             self.stats.recaptured += 1
             return RECAPTURE

@@ -29,6 +29,7 @@ from profiler.target.ptrace import iovec
 
 HEAP = 0x10_0000_0000
 HEAP_SIZE = 4 << 20
+CSTACK_SIZE = 64 << 10  #: the top of the fake's memory is a C stack, growing down (3.11/3.12's cframes)
 UNMAPPED = 0x20_0000_0000
 CODE_TYPE, STR_TYPE, BYTES_TYPE = 0x5000_0000, 0x5000_1000, 0x5000_2000
 TYPES = {"PyCode_Type": CODE_TYPE, "PyUnicode_Type": STR_TYPE, "PyBytes_Type": BYTES_TYPE}
@@ -49,6 +50,7 @@ class FakeTarget:
         self.layout = layout
         self.heap = bytearray(HEAP_SIZE)
         self.top = HEAP
+        self.sp = HEAP + HEAP_SIZE  #: the fake C stack's lowest address in use
         self.syscalls = 0
         self.runtime = 0
 
@@ -57,8 +59,14 @@ class FakeTarget:
     def alloc(self, size: int) -> int:
         addr = self.top
         self.top += (size + 15) & ~15
-        assert self.top <= HEAP + HEAP_SIZE
+        assert self.top <= HEAP + HEAP_SIZE - CSTACK_SIZE
         return addr
+
+    def push(self, size: int) -> int:
+        """Room on the fake C stack, below what is there: where an eval loop entered later keeps its cframe."""
+        self.sp -= (size + 15) & ~15
+        assert self.sp >= HEAP + HEAP_SIZE - CSTACK_SIZE
+        return self.sp
 
     def put(self, addr: int, fmt: str, *values: object) -> None:
         struct.pack_into("<" + fmt, self.heap, addr - HEAP, *values)
@@ -138,8 +146,9 @@ class FakeTarget:
         ident = t.native_thread_id if t.native_thread_id is not None else t.thread_id
         self.put(addr + ident, "Q", TID)
         if t.cframe_current_frame is not None:
-            cframe = self.alloc(32)
+            cframe = self.push(32)  # the outermost eval loop's, enclosed by the thread's root_cframe
             self.put(cframe + t.cframe_current_frame, "Q", innermost)
+            self.put(cframe + t.cframe_previous, "Q", addr + t.root_cframe)
             self.put(addr + t.frame, "Q", cframe)
         else:
             self.put(addr + t.frame, "Q", innermost)
@@ -287,38 +296,110 @@ def test_reads_outside_the_plan_take_whole_pages(target):
     target.syscalls = 0
     stack, wanted = capture(target, target.thread_state(previous))
     assert wanted is not None and stack.status is CaptureStatus.OK
-    frame_reads = target.syscalls - 2  # the thread state's read, and one scatter read of the code headers
+    # the thread state's read, 3.11/3.12's cframe on the C stack, and one scatter read of the code headers
+    frame_reads = target.syscalls - 2 - (target.layout.thread.cframe_current_frame is not None)
     assert frame_reads <= len(pages) < len(names), (frame_reads, len(pages))
     (decoded, _), codes_cache = decode(target, stack)
     assert names_of(codes_cache, decoded) == names
 
 
-@pytest.mark.parametrize("leftovers", [1, 2])
-@pytest.mark.parametrize("target", [pytest.param(TABLES[v], id=f"3.{v[1]}") for v in [(3, 11), (3, 12)]],
-                         indirect=True)  # fmt: skip
-def test_a_thread_stopped_entering_its_eval_loop_shows_the_enclosing_python_stack(target, leftovers):
+NESTING = [pytest.param(TABLES[v], id=f"3.{v[1]}") for v in [(3, 11), (3, 12)]]
+
+
+def leftover_chain(target: FakeTarget, kind: str) -> int:
+    """What a new ``_PyCFrame``'s ``current_frame`` may hold before its eval loop sets it: a C-stack
+    leftover (``ChainCopier._check_enclosing``)."""
+    if kind in ("shim", "two records"):
+        leftover = target.frame(target.code("leftover", 1), 0, owner=OWNER_CSTACK)
+        target.link(leftover, 1)  # not set yet
+        if kind == "two records":
+            leftover = target.frame(target.string("not a code object"), leftover)
+        return leftover
+    if kind == "ends in NULL":
+        return target.frame(target.code("leftover", 1), 0)
+    return target.frame(target.string("not a code object"), 0)
+
+
+def enter_eval_loop(target: FakeTarget, info: ThreadStateInfo, current_frame: int, previous: int) -> int:
+    """Point the thread at a new cframe, below the current one on the C stack; returns the new cframe."""
+    t = target.layout.thread
+    cframe = target.push(32)
+    target.put(cframe + t.cframe_current_frame, "Q", current_frame)
+    target.put(cframe + t.cframe_previous, "Q", previous)
+    target.put(info.addr + t.frame, "Q", cframe)
+    return cframe
+
+
+LEFTOVERS = ["shim", "two records", "ends in NULL", "not code, ends in NULL"]
+
+
+@pytest.mark.parametrize("leftover_kind", LEFTOVERS)
+@pytest.mark.parametrize("target", NESTING, indirect=True)
+def test_a_thread_stopped_entering_its_eval_loop_shows_the_enclosing_python_stack(target, leftover_kind):
     """``_PyEval_EvalFrameDefault`` points ``tstate->cframe`` at its new ``_PyCFrame`` before it sets that
-    cframe's ``current_frame``, which still holds a C-stack leftover: a shim-like record (3.12), or a
-    returned call's frame being reused (3.11: two records here), the last with a ``previous`` that is not
-    a pointer. The walk falls back to the enclosing cframe's chain, which it never reached."""
+    cframe's ``current_frame``, which still holds a C-stack leftover: a shim-like record whose ``previous``
+    is not a pointer (3.12); a returned call's frame being reused (3.11: two records here); or a record
+    whose chain ends at once, with a code object or without one (3.11, entering a generator). None of them
+    reaches the enclosing cframe's frame, so the walk falls back to the enclosing cframe's chain (here
+    ``previous``, stored in the same instruction as ``current_frame``, was left there by an earlier call at
+    the same depth)."""
     t = target.layout.thread
     info, frames = chain(target, ["caller", "main"])  # the Python stack of the eval loop that calls out
-    outer_cframe = target.read(info.addr + t.frame, 8)
-    leftover = target.frame(target.code("leftover", 1), 0, owner=OWNER_CSTACK)
-    target.link(leftover, 1)  # not set yet
-    if leftovers == 2:
-        leftover = target.frame(target.string("not a code object"), leftover)
-    entering = target.alloc(32)
-    target.put(entering + t.cframe_current_frame, "Q", leftover)
-    target.put(entering + t.cframe_previous, "Q", int.from_bytes(outer_cframe, "little"))
-    target.put(info.addr + t.frame, "Q", entering)
+    outer_cframe = int.from_bytes(target.read(info.addr + t.frame, 8), "little")
+    entering = enter_eval_loop(target, info, leftover_chain(target, leftover_kind), outer_cframe)
     stack, wanted = capture(target, info)
     assert stack.status is CaptureStatus.OK
-    (decoded, _), codes = decode(target, stack)
-    assert names_of(codes, decoded) == ["caller", "main"]
+    (decoded, cut), codes = decode(target, stack)
+    assert names_of(codes, decoded) == ["caller", "main"] and not cut
     # the next plan holds both cframes, so a snapshot in the same state needs no second stop
     cframes = {addr for addr, _size in wanted[1]}
-    assert entering in cframes and int.from_bytes(outer_cframe, "little") in cframes
+    assert entering in cframes and outer_cframe in cframes
+
+
+@pytest.mark.parametrize("previous", ["zero", "heap", "below"])
+@pytest.mark.parametrize("target", NESTING, indirect=True)
+def test_a_thread_stopped_before_its_new_cframe_links_back_is_stopped_again(target, previous):
+    """The new cframe's ``previous`` is a leftover too, and not a cframe: neither the thread's
+    ``root_cframe`` nor further up the C stack. Nothing read leads to the Python stack (the enclosing eval
+    loop's), so the capture has no frames and is ``TRUNCATED_ENTERING``, and after resume ``settle`` asks
+    for a second stop (whether the first copied a snapshot or captured in full), which finds the eval loop
+    entered."""
+    t = target.layout.thread
+    info, frames = chain(target, ["caller", "main"])
+    session = session_over(target, info)
+    planned(session, target)
+    outer_cframe = int.from_bytes(target.read(info.addr + t.frame, 8), "little")
+    garbage = {"zero": 0, "heap": frames[0], "below": target.sp - 4096}[previous]
+    entering = enter_eval_loop(target, info, leftover_chain(target, "two records"), garbage)
+    stack, _ = capture(target, info)
+    assert stack.status is CaptureStatus.TRUNCATED_ENTERING and stack.frames == []
+    data = session.snapshot(TID, REGS)
+    if data is None:  # the stop saw that the plan lacks the new cframe, and captured in full at once
+        data = session.capture(TID, REGS)
+        assert data.status is CaptureStatus.TRUNCATED_ENTERING
+    assert session.settle(data) is RECAPTURE and session.stats.entering == 1
+    # the eval loop's entry goes on: one store sets both fields (ceval.c, as the builds here compile it)
+    callee = target.frame(target.code("callee", 7), frames[0], position=1)
+    target.put(entering + t.cframe_current_frame, "Q", callee)
+    target.put(entering + t.cframe_previous, "Q", outer_cframe)
+    again = session.capture(TID, REGS)
+    (decoded, cut), _ = decode(target, again, session.codes)
+    assert names_of(session.codes, decoded) == ["callee", "caller", "main"] and not cut
+
+
+@pytest.mark.parametrize("target", NESTING, indirect=True)
+def test_a_nested_eval_loop_keeps_the_whole_chain(target):
+    """C called back into Python (``sorted(key=f)``, a ctypes callback): the inner eval loop's first frame
+    links to the enclosing cframe's ``current_frame``, so the chain passes through it and is kept whole."""
+    t = target.layout.thread
+    info, frames = chain(target, ["callback", "caller", "main"])
+    outer_cframe = int.from_bytes(target.read(info.addr + t.frame, 8), "little")
+    target.put(outer_cframe + t.cframe_current_frame, "Q", frames[1])  # the caller, blocked in its C call
+    enter_eval_loop(target, info, frames[0], outer_cframe)
+    stack, _ = capture(target, info)
+    assert stack.status is CaptureStatus.OK
+    (decoded, cut), codes = decode(target, stack)
+    assert names_of(codes, decoded) == ["callback", "caller", "main"] and not cut
 
 
 @pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 12)], id="3.12")], indirect=True)
@@ -676,9 +757,10 @@ def test_a_cframe_that_moves_between_two_places_costs_one_stop_3_11(target):
     session = session_over(target, info)
     planned(session, target)
     first = struct.unpack_from("<Q", target.heap, info.addr + t.frame - HEAP)[0]
-    target.alloc(3 * PAGE_SIZE)  # another entry of the eval loop, pages further up the C stack
-    second = target.alloc(32)
+    target.push(3 * PAGE_SIZE)  # another entry of the eval loop, pages further down the C stack
+    second = target.push(32)
     target.put(second + t.cframe_current_frame, "Q", frames[0])
+    target.put(second + t.cframe_previous, "Q", info.addr + t.root_cframe)
 
     def settle_with(cframe: int) -> object:
         target.put(info.addr + t.frame, "Q", cframe)

@@ -16,6 +16,10 @@ class SamplingPriority(enum.Enum):
     NORMAL = "normal"  #: never change the thread's policy
 
 
+#: the largest ``--stack-bytes``: the default RLIMIT_STACK of the main thread; no real stack window is larger
+MAX_STACK_BYTES = 8 << 20
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
     rate: float = 100.0  #: samples per second per thread (py-spy's default)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from profiler.atomic import check_writable
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_count, top_table
-from profiler.config import ExportConfig, SamplerConfig, SamplingPriority
+from profiler.config import MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
 from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.runtime import Agent
@@ -28,8 +28,6 @@ from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
 from profiler.target.launch import LaunchedCommand
-
-MAX_STACK_BYTES = 8 << 20  # the default RLIMIT_STACK of the main thread; no real stack window is larger
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

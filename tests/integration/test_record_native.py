@@ -98,17 +98,22 @@ def test_spawned_command_is_profiled_until_it_exits(tmp_path):
 
 @pytest.mark.parametrize("stack_bytes", ["4096", "262144"])
 def test_stack_window_size(chain_fp, tmp_path, stack_bytes):
-    """A 4 KiB window cannot hold the 12 KiB recursion: those stacks stop early; 256 KiB holds it all."""
+    """A 4 KiB window cannot hold the 12 KiB recursion: those stacks stop early, and the end of the
+    recording says how to copy more; 256 KiB holds it all, and nothing is said."""
     out = str(tmp_path / "w.speedscope.json")
     with running_target([chain_fp, str(DEPTH)]) as target:
-        record(target.pid, out, "--stack-bytes", stack_bytes)
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out, "--stack-bytes", stack_bytes)
+        assert result.returncode == 0, result.stderr
     [profile] = read_speedscope(out)
     full = sum(w for s, w in profile.stacks.items() if ends_with(s, ("main", *(["recurse"] * DEPTH), "spin")))
     if stack_bytes == "4096":
         assert full == 0
         assert any(s[-1] == "spin" and s.count("recurse") > 3 for s in profile.stacks)
+        assert "deeper than the 4,096 bytes copied per sample" in result.stderr
+        assert "--stack-bytes 16384 copies more" in result.stderr
     else:
         assert full > 0
+        assert "copied per sample" not in result.stderr
 
 
 def test_busy_thread_is_stopped_at_rates_above_the_scheduler_tick(chain_fp, tmp_path):

@@ -13,11 +13,13 @@ Tables and where they come from:
   ``.debug_frame``, opened only when a pc has no row in the file's own CFI (opening libc's debug file
   costs ~50 ms, more than the rest of its table).
 * ``frame_state``: prologue analysis, for the innermost frame of code without CFI.
+* ``plt_stubs``: the symbols the file's PLT stubs lead to (``binary.plt``), for pcs no symbol covers.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import zlib
 
@@ -26,6 +28,7 @@ from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save
 from profiler.binary.cfi.load import NO_CFI
 from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
+from profiler.binary.plt import PltStubs, load_plt_stubs
 from profiler.binary.prologue import FrameState, FunctionLayout
 from profiler.binary.symbols import SymbolTable, load_symbols
 from profiler.errors import BinaryError
@@ -58,6 +61,7 @@ class ObjectFile:
         self._key: str | None = None  # "" once known that the file has no cache key
         self._symbols: SymbolTable | None = None
         self._symbols_loaded = False
+        self._plt_stubs: PltStubs | None = None
         self._debug_elf: ElfFile | None = None
         self._debug_loaded = False
         self._unwind_table: UnwindTable | None = None
@@ -96,6 +100,16 @@ class ObjectFile:
             self._symbols_loaded = True
             self._symbols = self._load_symbols()
         return self._symbols
+
+    @property
+    def plt_stubs(self) -> PltStubs:
+        """The file's own PLT stubs (a separate debug file's PLT sections are NOBITS); empty if unreadable."""
+        if self._plt_stubs is None:
+            try:
+                self._plt_stubs = load_plt_stubs(self.elf)
+            except (BinaryError, ValueError, struct.error):
+                self._plt_stubs = PltStubs([], [], [])
+        return self._plt_stubs
 
     def _load_symbols(self) -> SymbolTable | None:
         own = _symbols_of(self.elf)

@@ -3,8 +3,9 @@
 
 Native frames are resolved per module: one batched ``searchsorted`` over its symbol table names every
 frame; where the module (or its separate debug file) has DWARF, ``DwarfResolver`` adds the source line
-and expands inlined calls into frames of their own. Frames whose module has no symbol covering the
-address show as ``module+0xoffset``, so they can still be looked up by hand (``addr2line -e module 0x…``).
+and expands inlined calls into frames of their own. A pc in a PLT stub is ``name@plt`` (``binary/plt.py``).
+Frames whose module has no symbol covering the address show as ``module+0xoffset``, so they can still be
+looked up by hand (``addr2line -e module 0x…``).
 Runtime frames are described by their agent.
 """
 
@@ -90,18 +91,22 @@ def symbolize(
 
 
 def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> list[str]:
-    """Symbol-table names (a function's, else an assembly label's), or ``module+0xoffset`` where no symbol
-    covers the address."""
+    """Symbol-table names (a function's, else an assembly label's, else ``name@plt`` in a PLT stub), or
+    ``module+0xoffset`` where none covers the address."""
     symbols = obj.symbols if obj is not None else None
     hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
     labels = symbols.label_many(rels) if symbols is not None and None in hits else [None] * len(rels)
+    unnamed = obj is not None and any(h is None and c is None for h, c in zip(hits, labels))
+    stubs = obj.plt_stubs.name_many(rels) if unnamed else [None] * len(rels)  # type: ignore[union-attr]
     label = module_label(module)
     out = []
-    for rel, hit, code_label in zip(rels, hits, labels):
+    for rel, hit, code_label, stub in zip(rels, hits, labels, stubs):
         if hit is not None:
             out.append(demangle(unversioned(hit[0])))
         elif code_label is not None:
             out.append(unversioned(code_label))
+        elif stub is not None:
+            out.append(f"{demangle(stub)}@plt")  # as objdump and perf name a PLT stub
         elif module is None:
             out.append(f"0x{rel:x}")
         else:

@@ -27,7 +27,7 @@ import struct
 import numpy as np
 
 from profiler.binary.elf import ElfFile
-from profiler.binary.symbols import _BIND_RANK, ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
+from profiler.binary.symbols import BIND_RANK, ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
 
 # System V x86-64 psABI, "Relocation Types"
 R_X86_64_GLOB_DAT = 6
@@ -139,7 +139,7 @@ def _slot_symbols(elf: ElfFile) -> tuple[dict[int, str], list[str | None]]:
                 name = name_of(i)
                 if not name:
                     continue
-                rank = (len(name) - len(name.lstrip("_")), len(name), int(_BIND_RANK[syms["st_info"][i] >> 4]))
+                rank = (len(name) - len(name.lstrip("_")), len(name), int(BIND_RANK[syms["st_info"][i] >> 4]))
                 addr = int(syms["st_value"][i])
                 if addr not in ifuncs or rank < ifuncs[addr][0]:
                     ifuncs[addr] = (rank, name)

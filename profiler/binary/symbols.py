@@ -28,7 +28,7 @@ SHN_UNDEF = 0
 
 #: When several symbols share an address (libc's ``write``/``__write``/``__libc_write``), prefer the
 #: exported names a user would search for.
-_BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bind: GLOBAL, WEAK, LOCAL, other
+BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bind: GLOBAL, WEAK, LOCAL, other
 
 
 class SymbolTable:
@@ -54,7 +54,7 @@ class SymbolTable:
             & (syms["st_shndx"] != SHN_UNDEF)
             & (syms["st_value"] != 0)
         ]
-        rank = _BIND_RANK[funcs["st_info"] >> 4]
+        rank = BIND_RANK[funcs["st_info"] >> 4]
         order = np.lexsort((rank, funcs["st_value"]))
         funcs = funcs[order]
         # keep the best-ranked symbol at each address

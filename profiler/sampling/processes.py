@@ -108,10 +108,17 @@ class SampledProcesses:
         self._note_agents()  # an exec may have replaced a target, a fresh one may have found its runtime
 
     def give_up_detection(self) -> None:
-        """At the end: processes still waiting for their runtime are profiled natively, and the user is told."""
+        """At the end: processes still waiting for their runtime are profiled natively, and the user is told;
+        not about one that exited meanwhile (a short-lived child, run before its runtime was even mapped:
+        `python -m json.tool` under `python -m test`), which was profiled natively for all its life."""
         for target in self.targets.values():
-            if target.detection_pending:
+            if not target.detection_pending:
+                continue
+            if target.process.pid not in self.tracer.seized.exit_status:  # (called after every detach)
                 self._no_runtime(target)
+            else:
+                target.detect_until = 0.0
+                self.session.count("processes_exited_before_detection")
 
     def _register_agent(self, agent: AgentSession, pid: int) -> int:
         """The index in ``session.agents`` of a newly found agent session: its own label, even where the same

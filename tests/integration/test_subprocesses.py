@@ -101,6 +101,25 @@ def test_children_that_exit_before_the_attach_are_not_news(tmp_path):
     assert "children_not_followed" not in counters, counters
 
 
+_SPAWNS_SHORT_PYTHONS = """
+import subprocess, sys, time
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    subprocess.run([sys.executable, "-c", "pass"])
+"""
+
+
+def test_python_children_that_exit_before_their_runtime_is_found_are_not_news(tmp_path):
+    """Short Python children (``python -m json.tool`` under ``python -m test``), attached right after their
+    exec: most exit before the next look finds libpython mapped. They were profiled natively all their
+    lives, which is no news at the end of the recording either (it used to say, for each, that it was "not
+    a CPython process")."""
+    out = str(tmp_path / "pythons.folded")
+    result = run_nprof("record", "--subprocesses", "-o", out, "--", sys.executable, "-c", _SPAWNS_SHORT_PYTHONS)
+    assert result.returncode == 0, result.stderr
+    assert "not a CPython process" not in result.stderr, result.stderr
+
+
 def test_a_child_sharing_its_parents_memory_is_not_followed(vm_sharer_fp, tmp_path):
     """A vfork child before its exec runs in its parent's memory: what nprof would read as its stack and its
     runtime's state is the parent's. It is followed only once it has exec'd (this one never does)."""

@@ -20,6 +20,7 @@ so a truncated stack explains itself.
 from __future__ import annotations
 
 from profiler.binary.cfi import UnwindRule
+from profiler.binary.cfi.rules import REGISTER
 from profiler.binary.prologue import FRAME_SET
 from profiler.model import (
     DW_RA,
@@ -42,6 +43,15 @@ MIN_PC = 0x1000
 MAX_MEMO = 1 << 18
 
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
+
+
+def _ra_in_register(rule: UnwindRule) -> bool:
+    """The row keeps the return address in a register (DW_CFA_register), not on the stack: glibc's
+    ``__libc_vfork`` pops it into rdi around the system call (sysdeps/unix/sysv/linux/x86_64/vfork.S),
+    where the parent waits for as long as its child runs before exec, with its CFA equal to rsp. Such an
+    innermost frame moves no stack pointer and is still a frame; one that reads its return address from
+    memory at the stack pointer is a corrupt rule (it would return to itself forever)."""
+    return any(reg == DW_RA and kind == REGISTER for reg, kind, _arg in rule.registers)
 #: methods whose pcs are code for certain (executed, or return addresses from unwind info or a decoded
 #: prologue): one outside every mapping means the maps are out of date (``AddressSpace.find``)
 _CODE_PCS = frozenset({UnwindMethod.IP, UnwindMethod.PROLOGUE, UnwindMethod.CFI, UnwindMethod.SIGNAL})
@@ -113,7 +123,8 @@ class NativeUnwinder:
             if not pc or pc < MIN_PC:
                 return UnwoundStack(frames, StopReason.END_OF_STACK if not pc else StopReason.BAD_FRAME)
             if new_sp is None or (new_sp <= sp and method is not _SIGNAL):
-                return UnwoundStack(frames, StopReason.NO_PROGRESS)
+                if not (new_sp == sp and len(frames) == 1 and rule is not None and _ra_in_register(rule)):
+                    return UnwoundStack(frames, StopReason.NO_PROGRESS)
             sp = new_sp
             regs = caller  # type: ignore[assignment]
 

@@ -195,3 +195,18 @@ def test_blocked_stack_equals_gdb(blocked_nofp):
         if gdb_pc > 0:
             ours_pc = int(mine["address"], 16)
             assert ours_pc in (gdb_pc, gdb_pc - 1), f"frame {i}: gdb pc {gdb_pc:#x}, nprof {ours_pc:#x}"
+
+
+def test_a_parent_waiting_in_vfork_unwinds_to_main(tmp_path):
+    """glibc's vfork keeps its return address in rdi, not on the stack, while the parent waits for its child
+    to exec or exit: a frame whose CFA is the stack pointer itself. The walk goes on through it to main
+    (it stopped there, at "no progress", before)."""
+    binary = build_c("vforker.c", str(tmp_path), NO_FRAME_POINTERS, name="vforker-nofp")
+    out = str(tmp_path / "vfork.speedscope.json")
+    with running_target([binary]) as target:
+        record(target.pid, out, "--idle", "-r", "200", duration="1")
+    [profile] = read_speedscope(out)
+    waiting = {s: w for s, w in profile.stacks.items() if any("vfork" in f for f in s)}
+    assert sum(waiting.values()) > 0.5 * sum(profile.stacks.values()), profile.stacks
+    whole = sum(w for s, w in waiting.items() if reaches_root(s) and subsequence(s, ("main", "spawn")))
+    assert whole >= 0.99 * sum(waiting.values()), waiting

@@ -62,6 +62,10 @@ def restore(reg: int) -> bytes:
     return bytes([0xC0 | reg])
 
 
+def register(reg: int, holder: int) -> bytes:
+    return b"\x09" + uleb(reg) + uleb(holder)  # DW_CFA_register: reg's value is in holder
+
+
 def expression(op: int, reg: int, expr: bytes) -> bytes:
     """DW_CFA_expression (0x10) / DW_CFA_val_expression (0x16) with a DWARF expression block."""
     return bytes([op]) + uleb(reg) + uleb(len(expr)) + expr

@@ -9,6 +9,7 @@ Code layout of the fake process (svma = avma: bias 0)::
                           0x1200 main      push rbp: CFA = rsp+16, rbp at cfa-16
                           0x1300 _start    DW_CFA_undefined rip
                           0x1400 broken    CFA = rsp+0 (a corrupt rule that never moves the stack)
+                          0x1500 vfork     pop rdi: CFA = rsp+0, return address in rdi (glibc's vfork)
                           0x304f __restore_rt (CIE "zRS": glibc's signal trampoline at 0x3050)
     module 1 "jit"  (no CFI, frame pointers) 0x5000-0x6000
 """
@@ -24,6 +25,7 @@ from profiler.model import (
     DW_RA,
     DW_RBP,
     DW_RBX,
+    DW_RDI,
     DW_RSP,
     NUM_DWARF_REGS,
     Module,
@@ -43,6 +45,7 @@ from tests.support.cfi_builder import (
     def_cfa_offset,
     expression,
     offset,
+    register,
 )
 
 GCC_CIE = def_cfa(DW_RSP, 8) + offset(DW_RA, 1)
@@ -64,6 +67,7 @@ def app_table() -> UnwindTable:
     b.fde(cie, 0x1200, 0x100, advance_loc(1) + def_cfa_offset(16) + offset(DW_RBP, 2))
     b.fde(cie, 0x1300, 0x20, b"\x07\x10")  # DW_CFA_undefined rip
     b.fde(cie, 0x1400, 0x20, def_cfa(DW_RSP, 0) + offset(DW_RA, 0))  # broken: CFA = rsp, ra at [rsp]
+    b.fde(cie, 0x1500, 0x20, advance_loc(1) + def_cfa_offset(0) + register(DW_RA, DW_RDI))  # vfork
     signal = b"".join(expression(0x10, reg, breg(DW_RSP, off)) for reg, off in SIGCONTEXT.items())
     cfa = def_cfa_expression(breg(DW_RSP, 160) + b"\x06")  # DW_OP_breg7 160; DW_OP_deref
     b.fde(b.cie(b"", augmentation=b"zRS"), 0x304F, 0x10, cfa + signal)
@@ -190,6 +194,18 @@ def test_a_frame_that_does_not_move_the_stack_pointer_stops_the_walk() -> None:
     s.put(STACK, 0x1410)  # "broken" returns to itself with the same rsp: would loop forever
     out = NativeUnwinder(FakeSpace()).unwind(registers(rip=0x1408, rsp=STACK), s.window())  # type: ignore[arg-type]
     assert out.stop == StopReason.NO_PROGRESS and len(out.frames) == 1
+
+
+def test_a_return_address_held_in_a_register_is_a_frame_that_does_not_move_the_stack_pointer() -> None:
+    """glibc's vfork pops its return address into rdi around the system call, in which the parent waits
+    for its child's exec: CFA = rsp there, and the walk goes on into the caller (main), as gdb's does."""
+    s = Stack()
+    s.put(STACK + 0x00, 0)  # main saved rbp
+    s.put(STACK + 0x08, 0x1310)  # main's return address: into _start
+    regs = registers(rip=0x1508, rsp=STACK)
+    regs[DW_RDI] = 0x1250  # vfork's return address: into main, after its push rbp
+    out = NativeUnwinder(FakeSpace()).unwind(regs, s.window())  # type: ignore[arg-type]
+    assert [f.rel for f in out.frames] == [0x1508, 0x1250 - 1, 0x1310 - 1] and out.stop == StopReason.END_OF_STACK
 
 
 def test_a_frame_pointer_below_the_stack_pointer_is_no_unwind_info() -> None:

@@ -102,7 +102,7 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean")
+    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean", "tid")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
@@ -113,6 +113,10 @@ class ThreadSlot:
         #: what the last capture read, whether it missed reads, and the planned range it could not read
         self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
         self.clean = 0  #: captures this plan has served without a miss since it was built
+        #: the OS thread captured by this slot since the last walk of the thread lists (0: none yet). On
+        #: <=3.10 the key is the pthread handle, which glibc gives a new thread when it hands it an exited
+        #: thread's cached stack: a capture for another tid finds the slot stale (``CPythonSession``)
+        self.tid = 0
 
     def note(self, wanted: Wanted | None, missed: bool, unread: tuple[int, int] | None) -> None:
         """During the stop, or after a snapshot's walk: what the capture read, if its plan should change (the

@@ -635,7 +635,8 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._reader = ScatterReader(1, capacity=4 << 20)
     session._native_keys = session._copier.native_keys
     session._slots = {TID: ThreadSlot(TID, info)}
-    session._stale = False
+    session._stale = session._rescan_soon = False
+    session._unmapped = {}
     session._main_tid, session._main_mapped = TID, False
     return session
 
@@ -844,3 +845,30 @@ def _iovecs(arg: object, count: int) -> list[tuple[int, int]]:
     """(base, length) of the ``count`` iovecs a process_vm_readv argument holds: the agent passes arrays of
     u64 pairs."""
     return [(arg[2 * i], arg[2 * i + 1]) for i in range(count)]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
+def test_a_new_thread_with_an_exited_ones_pthread_handle_is_not_read_as_it(target):
+    """<=3.10 map OS threads by ``fs_base`` (the pthread handle), which glibc gives a new thread when it
+    reuses an exited one's stack. The slot still holds the exited thread's state, freed: a capture for
+    another tid is unmapped, not read through it, and asks for one walk of the thread lists at the next
+    refresh, as a thread never seen does. One that stays unmapped after that walk (a native thread) does
+    not ask again."""
+    info, _frames = chain(target, ["b", "a"])
+    session = session_over(target, info)
+    assert session.capture(TID, REGS) is not None  # binds the slot to TID
+    other = TID + 1
+    assert session.snapshot(other, REGS) is None
+    assert session.capture(other, REGS) is None and session.stats.unmapped == 1
+    assert session._rescan_soon
+    session._rescan_soon = False
+    assert session.capture(other, REGS) is None and session._rescan_soon  # no walk since: still asking
+    session._rescan_soon = False
+    session.stats.rescans += 1  # a walk that found no state for it: a native thread from now on
+    session._slots[TID].tid = 0
+    assert session.capture(other, REGS) is not None  # the walk re-validated the slot: bound to the new tid
+    session._slots.clear()
+    assert session.capture(other + 1, REGS) is None and session._rescan_soon  # never seen: asks
+    session._rescan_soon = False
+    session.stats.rescans += 1
+    assert session.capture(other + 1, REGS) is None and not session._rescan_soon  # native: does not ask

@@ -108,22 +108,13 @@ _V3_10 = {**_V3_8, "code": {**_V3_8["code"], "linetable": "PyCodeObject::co_line
 # 3.11: _PyInterpreterFrame chain reached through the thread state's ``cframe`` (a _PyCFrame), localsplus names
 _V3_11 = {
     "runtime": _V3_8["runtime"],
-    "interpreter": {
-        "next": "struct _is::next",
-        "threads_head": "struct _is::threads.head",
-        "modules": "struct _is::modules",
-        "ceval_gil": "struct _is::ceval.gil",  # absent: the GIL is in the runtime until 3.12
-    },
+    "interpreter": {**_V3_8["interpreter"], "threads_head": "struct _is::threads.head"},
     "thread": {
-        "next": "struct _ts::next",
-        "interp": "struct _ts::interp",
-        "thread_id": "struct _ts::thread_id",
-        "native_thread_id": "struct _ts::native_thread_id",
+        **_V3_8["thread"],  # native_thread_id is there now
         "frame": "struct _ts::cframe",
         "cframe_current_frame": "struct _PyCFrame::current_frame",
         "cframe_previous": "struct _PyCFrame::previous",
         "root_cframe": "struct _ts::root_cframe",
-        "size": "sizeof(struct _ts)",
     },
     "frame": {
         "previous": "struct _PyInterpreterFrame::previous",

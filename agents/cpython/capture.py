@@ -40,10 +40,12 @@ class CaptureStatus(enum.IntEnum):
     #: stopped while entering an eval loop, before its ``_PyCFrame`` links to the enclosing one (3.11/3.12):
     #: the Python stack is the enclosing eval loop's, which nothing read yet leads to. No frames
     TRUNCATED_ENTERING = 7
+    #: no thread state is known for this OS thread (yet): a new thread, or a native one. No frames
+    UNMAPPED = 8
 
     @property
     def truncated(self) -> bool:
-        return self >= CaptureStatus.TRUNCATED_UNREADABLE
+        return CaptureStatus.TRUNCATED_UNREADABLE <= self <= CaptureStatus.TRUNCATED_ENTERING
 
 
 class StackCapture:
@@ -61,7 +63,7 @@ class StackCapture:
     ``owner | is_entry << 8`` (0 on <=3.10) and a shim's code is 0."""
 
     __slots__ = ("tid", "tstate", "status", "holds_gil", "addrs", "values", "code_headers", "raw",
-                 "code_keys", "_copier", "_frames")  # fmt: skip
+                 "code_keys", "key", "_copier", "_frames")  # fmt: skip
 
     def __init__(
         self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK, copier: ChainCopier | None = None
@@ -75,6 +77,7 @@ class StackCapture:
         self.code_headers: dict[int, int] = {}
         self.raw: bytes | memoryview = b""
         self.code_keys: dict[int, int | None] = {}
+        self.key = 0  #: UNMAPPED: what the thread was looked up by (its tid, or its fs_base on <=3.10)
         self._copier = copier
         self._frames: list[tuple[int, int, int, int]] | None = None
 

@@ -68,6 +68,8 @@ class SessionStats:
     #: captures and snapshots of a thread entering an eval loop, with no frame to walk yet (3.11/3.12):
     #: captured again in a second stop
     entering: int = 0
+    #: unmapped captures of a new thread whose state a walk after resume found: captured again at once
+    remapped: int = 0
 
 
 class CPythonSession:
@@ -146,8 +148,9 @@ class CPythonSession:
 
     # --- while the thread is stopped ----------------------------------------------------------------------
 
-    def capture(self, tid: int, regs: object) -> StackCapture | None:
-        """Copy the thread's frame chain (syscalls only). None: no Python thread state for this thread."""
+    def capture(self, tid: int, regs: object) -> StackCapture:
+        """Copy the thread's frame chain (syscalls only). ``UNMAPPED``, with no frames, when no Python thread
+        state is known for the thread: ``settle`` looks for one after resume, if it is a new thread."""
         key = tid if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
         slot = self._bound_slot(key, tid)
         self.stats.captures += 1
@@ -157,7 +160,9 @@ class CPythonSession:
                 self.stats.main_unmapped += 1
             self._stale = True
             self._ask_rescan(tid)
-            return None
+            unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
+            unmapped.key = key
+            return unmapped
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
         reader = self._reader
@@ -186,14 +191,16 @@ class CPythonSession:
         return slot
 
     def _ask_rescan(self, tid: int) -> None:
-        """A thread found without a (valid) thread state asks for a walk of the thread lists at the next
-        refresh, once: a new thread's state is on them from its first Python instruction, while one still
-        without a state after a walk is a native thread (a BLAS worker), whose captures would otherwise ask
-        for a walk every tick. Waiting RESCAN_MIN_INTERVAL instead left the short-lived threads of a
+        """A thread found without a (valid) thread state asks for a walk of the thread lists, twice at most:
+        right after resume (``settle``, which has an unmapped thread stopped again if the walk finds it) or
+        at the next refresh. A new thread's state is on them from its first Python instruction (the second
+        walk is for one whose thread state was not bound to it yet at the first), while one still without a
+        state after that is a native thread (a BLAS worker), whose captures would otherwise ask for a walk
+        every tick. Waiting RESCAN_MIN_INTERVAL instead left the short-lived threads of a
         ThreadPoolExecutor made per batch (3.12, 600 threads in 5 s) without Python frames in 22% of their
         samples."""
         first = self._unmapped.setdefault(tid, self.stats.rescans)
-        if first == self.stats.rescans:
+        if self.stats.rescans - first <= 1:  # twice: the first walk may find its state not bound to it yet
             self._rescan_soon = True
         if len(self._unmapped) > MAX_UNMAPPED_TIDS:
             self._unmapped.clear()
@@ -224,9 +231,20 @@ class CPythonSession:
         frame's page (``ChainCopier.copy``), so that is rare: 0-0.5% of the captures of a recursive
         fib(22) recorded at 1 kHz (3.8-3.13), none of a steady chain."""
         if not isinstance(data, ThreadSlot):
-            if isinstance(data, StackCapture) and data.status == CaptureStatus.TRUNCATED_ENTERING:
+            if not isinstance(data, StackCapture):
+                return data
+            if data.status == CaptureStatus.TRUNCATED_ENTERING:
                 self.stats.entering += 1
                 return RECAPTURE  # captured in the stop, a few instructions into an eval loop's entry
+            if data.status == CaptureStatus.UNMAPPED:
+                # a thread not seen before: walk the thread lists now (once for all such captures of a
+                # tick), with every thread running, and if its state is there, stop it again to capture it
+                # with its Python frames
+                if self._rescan_soon:
+                    self._rescan(time.monotonic())
+                if self._bound_slot(data.key, data.tid) is not None:
+                    self.stats.remapped += 1
+                    return RECAPTURE
             return data
         snap, reader = data.snap, self._reader
         reader.replay(snap)
@@ -254,8 +272,8 @@ class CPythonSession:
 
     def frames(self, capture: StackCapture | None) -> list[RuntimeFrame]:
         """Decode a capture: RuntimeFrames innermost first; a cut-short stack is counted in ``stats``."""
-        if capture is None:
-            return []
+        if capture is None or capture.status == CaptureStatus.UNMAPPED:
+            return []  # (unmapped: counted in the stop)
         if capture.tid == self._main_tid:
             self._main_mapped = True  # noted here, after resume, rather than in the stop
         status = capture.status

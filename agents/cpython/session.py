@@ -159,7 +159,6 @@ class CPythonSession:
             self.stats.unmapped += 1
             if tid == self._main_tid:
                 self.stats.main_unmapped += 1
-            self._stale = True
             self._ask_rescan(tid)
             unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
             unmapped.key = key
@@ -172,8 +171,7 @@ class CPythonSession:
         slot.note(wanted, reader.misses > 0, reader.unread_range())
         self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         if out.status == CaptureStatus.STALE:
-            self._stale = True  # the thread state moved on (thread exited, tid reused): remap at refresh
-            self._ask_rescan(tid)
+            self._ask_rescan(tid)  # the thread state moved on (thread exited, tid reused)
         return out
 
     def _bound_slot(self, key: int, tid: int) -> ThreadSlot | None:
@@ -199,7 +197,8 @@ class CPythonSession:
         state after that is a native thread (a BLAS worker), whose captures would otherwise ask for a walk
         every tick. Waiting RESCAN_MIN_INTERVAL instead left the short-lived threads of a
         ThreadPoolExecutor made per batch (3.12, 600 threads in 5 s) without Python frames in 22% of their
-        samples."""
+        samples. Either way the lists are walked again within RESCAN_MIN_INTERVAL (``_stale``)."""
+        self._stale = True
         first = self._unmapped.setdefault(tid, self.stats.rescans)
         if self.stats.rescans - first <= 1:  # twice: the first walk may find its state not bound to it yet
             self._rescan_soon = True
@@ -267,7 +266,6 @@ class CPythonSession:
         self.stats.snapshots += 1
         data.note(wanted, False, None)  # counts a clean capture; may cut back a plan grown too large
         if out.status == CaptureStatus.STALE:
-            self._stale = True
             self._ask_rescan(snap.tid)
         return out
 

@@ -112,13 +112,11 @@ class SampledProcesses:
         not about one that exited meanwhile (a short-lived child, run before its runtime was even mapped:
         `python -m json.tool` under `python -m test`), which was profiled natively for all its life."""
         for target in self.targets.values():
-            if not target.detection_pending:
-                continue
-            if target.process.pid not in self.tracer.seized.exit_status:  # (called after every detach)
-                self._no_runtime(target)
-            else:
-                target.detect_until = 0.0
-                self.session.count("processes_exited_before_detection")
+            if target.detection_pending:
+                exited = target.process.pid in self.tracer.seized.exit_status  # (called after every detach)
+                if exited:
+                    self.session.count("processes_exited_before_detection")
+                self._no_runtime(target, tell=not exited)
 
     def _register_agent(self, agent: AgentSession, pid: int) -> int:
         """The index in ``session.agents`` of a newly found agent session: its own label, even where the same
@@ -156,10 +154,10 @@ class SampledProcesses:
             if not target.detect(self.agents, self._register_agent) and now >= target.detect_until:
                 self._no_runtime(target)
 
-    def _no_runtime(self, target: Target) -> None:
-        """Stop looking for a runtime in ``target`` and say why it is profiled natively."""
+    def _no_runtime(self, target: Target, tell: bool = True) -> None:
+        """Stop looking for a runtime in ``target`` and, with ``tell``, say why it is profiled natively."""
         target.detect_until = 0.0
-        if target.detect_reasons:
+        if tell and target.detect_reasons:
             self.notice(target.no_runtime_notice())
 
     def _follow_children(self) -> None:

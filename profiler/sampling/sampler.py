@@ -257,8 +257,7 @@ class Sampler:
         """Say so when the copied window cut many native stacks short, and what copies more: a deep
         recursion or a program with big stack frames loses its outermost native frames (``main`` and what
         it called) in every such sample, which the profile shows as many shallow roots."""
-        samples = self.session.samples
-        cut = sum(n for (_t, _s, stop, _c), n in samples.items() if stop == StopReason.WINDOW_EXHAUSTED)
+        cut = self.session.stop_reason_counts().get(StopReason.WINDOW_EXHAUSTED.label, 0)
         total = self.session.total_samples
         if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
             return

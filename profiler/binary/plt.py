@@ -14,8 +14,8 @@ Each stub names its target in one of two ways (System V x86-64 psABI, "Procedure
   ``.rela.plt`` entry (``push imm32``, ``68``) for the resolver.
 
 A slot filled by ``R_X86_64_IRELATIVE`` (libc calling its own ``strlen``, ``memcpy``: IFUNCs) has no symbol,
-only the IFUNC symbol's value as addend; objdump shows ``*ABS*+0x9f4a0@plt``, nprof the IFUNC's name
-(``strncpy@plt``), found among the dynamic symbols at that value.
+only the IFUNC symbol's value as addend; objdump shows ``*ABS*+0x9f4a0@plt``, nprof the name its symbol
+table gives the function at that value (``strncpy@plt``), as it names the function itself.
 
 Stubs that match neither (the first ``.plt`` entry, which calls the resolver) stay unnamed.
 """
@@ -27,12 +27,12 @@ import struct
 import numpy as np
 
 from profiler.binary.elf import ElfFile
-from profiler.binary.symbols import BIND_RANK, ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
+from profiler.binary.symbols import ELF64_SYM, SymbolTable, c_string
 
 # System V x86-64 psABI, "Relocation Types"
 R_X86_64_GLOB_DAT = 6
 R_X86_64_JUMP_SLOT = 7
-R_X86_64_IRELATIVE = 37  #: no symbol: the addend is the address of an IFUNC's resolver (its symbol's value)
+R_X86_64_IRELATIVE = 37  #: no symbol: the addend is the address of an IFUNC (its symbol's value)
 # ELF gABI, "Relocation Entries": Elf64_Rela; r_info holds the symbol index above the type
 ELF64_RELA = np.dtype([("r_offset", "<u8"), ("r_info", "<u8"), ("r_addend", "<i8")])
 
@@ -108,65 +108,47 @@ def _stub_target(stub: bytes, addr: int, slots: dict[int, str], by_index: list[s
 
 
 def _slot_symbols(elf: ElfFile) -> tuple[dict[int, str], list[str | None]]:
-    """GOT slot address -> symbol name, from the JUMP_SLOT and GLOB_DAT relocations; and the names of
-    ``.rela.plt``'s entries by index (None for one without a symbol, an IRELATIVE)."""
+    """GOT slot address -> symbol name, from the JUMP_SLOT and GLOB_DAT relocations (their symbol) and the
+    IRELATIVE ones (the dynamic symbol at their addend); and the names of ``.rela.plt``'s entries by index."""
     dynsym = elf.section_data(".dynsym")
     dynstr = elf.section_data(".dynstr")
     if dynsym is None or dynstr is None:
         return {}, []
     syms = np.frombuffer(dynsym, dtype=ELF64_SYM, count=len(dynsym) // ELF64_SYM.itemsize)
     strings = bytes(dynstr)
-
-    def name_of(index: int) -> str | None:
-        if not 0 < index < len(syms):
-            return None
-        start = int(syms["st_name"][index])
-        end = strings.find(b"\0", start)
-        return strings[start : end if end >= 0 else len(strings)].decode("utf-8", "replace") or None
-
-    ifuncs: dict[int, tuple[tuple[int, int, int], str]] | None = None
-
-    def ifunc_at(value: int) -> str | None:
-        """The name a user knows the function at ``value`` by, among its aliases: the fewest leading
-        underscores, then the shortest (``strcasecmp``, not ``__strcasecmp``; ``exp``, not
-        ``__exp_finite``; ``cosf``, not ``cosf32``), then global before weak before local."""
-        nonlocal ifuncs
-        if ifuncs is None:
-            ifuncs = {}
-            kind = syms["st_info"] & 0xF
-            candidates = ((kind == STT_GNU_IFUNC) | (kind == STT_FUNC)) & (syms["st_value"] != 0)
-            for i in np.nonzero(candidates)[0].tolist():
-                name = name_of(i)
-                if not name:
-                    continue
-                rank = (len(name) - len(name.lstrip("_")), len(name), int(BIND_RANK[syms["st_info"][i] >> 4]))
-                addr = int(syms["st_value"][i])
-                if addr not in ifuncs or rank < ifuncs[addr][0]:
-                    ifuncs[addr] = (rank, name)
-        hit = ifuncs.get(value)
-        return hit[1] if hit else None
-
-    slots: dict[int, str] = {}
-    by_index: list[str | None] = []
+    tables = []
     for section in (".rela.plt", ".rela.dyn"):
         data = elf.section_data(section)
-        if data is None:
-            continue
-        relas = np.frombuffer(data, dtype=ELF64_RELA, count=len(data) // ELF64_RELA.itemsize)
-        kinds = relas["r_info"] & 0xFFFFFFFF
-        wanted = (kinds == R_X86_64_JUMP_SLOT) | (kinds == R_X86_64_GLOB_DAT) | (kinds == R_X86_64_IRELATIVE)
-        if section == ".rela.dyn":
-            relas, kinds = relas[wanted], kinds[wanted]  # mostly R_X86_64_RELATIVE: thousands, none named
+        if data is not None:
+            relas = np.frombuffer(data, dtype=ELF64_RELA, count=len(data) // ELF64_RELA.itemsize)
+            kinds = relas["r_info"] & 0xFFFFFFFF
+            if section == ".rela.dyn":  # mostly R_X86_64_RELATIVE: thousands, none named
+                wanted = (kinds == R_X86_64_JUMP_SLOT) | (kinds == R_X86_64_GLOB_DAT) | (kinds == R_X86_64_IRELATIVE)
+                relas, kinds = relas[wanted], kinds[wanted]
+            tables.append((section, relas, kinds))
+    ifuncs = _functions_at(syms, strings, [r["r_addend"][kinds == R_X86_64_IRELATIVE] for _s, r, kinds in tables])
+    slots: dict[int, str] = {}
+    by_index: list[str | None] = []
+    for section, relas, kinds in tables:
         rows = zip(relas["r_offset"].tolist(), relas["r_info"].tolist(), relas["r_addend"].tolist(), kinds.tolist())
         for offset, info, addend, kind in rows:
+            name: str | None = None
             if kind == R_X86_64_IRELATIVE:
-                name = ifunc_at(addend)
-            elif kind in (R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT):
-                name = name_of(info >> 32)
-            else:
-                name = None
+                name = ifuncs.get(addend)
+            elif kind in (R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT) and 0 < info >> 32 < len(syms):
+                name = c_string(strings, int(syms["st_name"][info >> 32])) or None
             if section == ".rela.plt":
                 by_index.append(name)
             if name is not None:
                 slots[offset] = name
     return slots, by_index
+
+
+def _functions_at(syms: np.ndarray, strings: bytes, addends: list[np.ndarray]) -> dict[int, str]:
+    """Address -> the name of the dynamic function symbol there, for the IRELATIVE addends (each an IFUNC's
+    value), picked among aliases as every symbol table is (``SymbolTable``)."""
+    values: list[int] = np.concatenate(addends).tolist() if addends else []
+    if not values:
+        return {}
+    hits = SymbolTable(syms.copy(), strings, ".dynsym").lookup_many(np.asarray(values, dtype=np.uint64))
+    return {value: hit[0] for value, hit in zip(values, hits) if hit is not None and hit[1] == value}

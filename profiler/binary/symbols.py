@@ -28,7 +28,7 @@ SHN_UNDEF = 0
 
 #: When several symbols share an address (libc's ``write``/``__write``/``__libc_write``), prefer the
 #: exported names a user would search for.
-BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bind: GLOBAL, WEAK, LOCAL, other
+_BIND_RANK = np.array([2, 0, 1] + [3] * 13, dtype=np.uint8)  # indexed by st_bind: GLOBAL, WEAK, LOCAL, other
 
 
 class SymbolTable:
@@ -54,7 +54,7 @@ class SymbolTable:
             & (syms["st_shndx"] != SHN_UNDEF)
             & (syms["st_value"] != 0)
         ]
-        rank = BIND_RANK[funcs["st_info"] >> 4]
+        rank = _BIND_RANK[funcs["st_info"] >> 4]
         order = np.lexsort((rank, funcs["st_value"]))
         funcs = funcs[order]
         # keep the best-ranked symbol at each address
@@ -97,8 +97,7 @@ class SymbolTable:
         return len(self.addrs)
 
     def _name_at(self, offset: int) -> str:
-        end = self._strtab.find(b"\0", offset)
-        return self._strtab[offset : end if end >= 0 else len(self._strtab)].decode("utf-8", "replace")
+        return c_string(self._strtab, offset)
 
     def lookup_many(self, svmas: np.ndarray) -> list[tuple[str, int, int] | None]:
         """For each address: (name, function start, function end), or None if no function covers it."""
@@ -147,6 +146,12 @@ class SymbolTable:
                 row = self._all[rows[0]]
                 return int(row["st_value"]), int(row["st_size"])
         return None
+
+
+def c_string(table: bytes, offset: int) -> str:
+    """The NUL-terminated name at ``offset`` of a string table (``.strtab``, ``.dynstr``)."""
+    end = table.find(b"\0", offset)
+    return table[offset : end if end >= 0 else len(table)].decode("utf-8", "replace")
 
 
 def _code_labels(syms: np.ndarray, kind: np.ndarray, executable: np.ndarray | None) -> np.ndarray:

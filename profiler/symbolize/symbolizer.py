@@ -96,8 +96,9 @@ def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]
     symbols = obj.symbols if obj is not None else None
     hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
     labels = symbols.label_many(rels) if symbols is not None and None in hits else [None] * len(rels)
-    unnamed = obj is not None and any(h is None and c is None for h, c in zip(hits, labels))
-    stubs = obj.plt_stubs.name_many(rels) if unnamed else [None] * len(rels)  # type: ignore[union-attr]
+    stubs: list[str | None] = [None] * len(rels)
+    if obj is not None and any(h is None and c is None for h, c in zip(hits, labels)):
+        stubs = obj.plt_stubs.name_many(rels)
     label = module_label(module)
     out = []
     for rel, hit, code_label, stub in zip(rels, hits, labels, stubs):

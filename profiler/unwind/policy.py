@@ -44,14 +44,6 @@ MAX_MEMO = 1 << 18
 
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
 
-
-def _ra_in_register(rule: UnwindRule) -> bool:
-    """The row keeps the return address in a register (DW_CFA_register), not on the stack: glibc's
-    ``__libc_vfork`` pops it into rdi around the system call (sysdeps/unix/sysv/linux/x86_64/vfork.S),
-    where the parent waits for as long as its child runs before exec, with its CFA equal to rsp. Such an
-    innermost frame moves no stack pointer and is still a frame; one that reads its return address from
-    memory at the stack pointer is a corrupt rule (it would return to itself forever)."""
-    return any(reg == DW_RA and kind == REGISTER for reg, kind, _arg in rule.registers)
 #: methods whose pcs are code for certain (executed, or return addresses from unwind info or a decoded
 #: prologue): one outside every mapping means the maps are out of date (``AddressSpace.find``)
 _CODE_PCS = frozenset({UnwindMethod.IP, UnwindMethod.PROLOGUE, UnwindMethod.CFI, UnwindMethod.SIGNAL})
@@ -60,6 +52,15 @@ _new_frame = tuple.__new__
 
 #: what the per-pc memo holds for a looked-up avma: (module id, bias, CFI rule, module entry)
 _Resolved = tuple[int, int, "UnwindRule | None", ModuleEntry]
+
+
+def _ra_in_register(rule: UnwindRule) -> bool:
+    """The row keeps the return address in a register (DW_CFA_register), not on the stack: glibc's
+    ``__libc_vfork`` pops it into rdi around the system call (sysdeps/unix/sysv/linux/x86_64/vfork.S),
+    where the parent waits for as long as its child runs before exec, with its CFA equal to rsp. Such an
+    innermost frame moves no stack pointer and is still a frame; one that reads its return address from
+    memory at the stack pointer is a corrupt rule (it would return to itself forever)."""
+    return any(reg == DW_RA and kind == REGISTER for reg, kind, _arg in rule.registers)
 
 
 class NativeUnwinder:

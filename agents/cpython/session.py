@@ -32,18 +32,11 @@ from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
 from agents.cpython.scatter import ScatterReader, ThreadSlot
 from agents.cpython.thread_names import ThreadNames
-from agents.cpython.threads import ThreadMap, ThreadStateInfo, walk_thread_states
+from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
 from profiler.target.process import TargetProcess
 
-#: least time between two walks of the thread lists when captures ask for one (native threads ask each tick)
-RESCAN_MIN_INTERVAL = 0.05
-#: walk the thread lists at least this often even if every capture found its thread state
-RESCAN_MAX_INTERVAL = 1.0
-#: OS threads remembered as found without a thread state (so each asks for two prompt walks at most, not
-#: one per tick): bounded, and forgotten all at once when full, as a process with this many threads is rare
-MAX_UNMAPPED_TIDS = 4096
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
 #: captures of the main thread without a thread state, and none with one, before the end of a recording
@@ -59,7 +52,6 @@ class SessionStats:
     stale: int = 0  #: the mapped thread state belonged to another thread by the time of the stop
     unreadable: int = 0  #: the thread state could not be read
     truncated: int = 0  #: stacks cut short by a looping, unreadable or garbage chain
-    rescans: int = 0
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
@@ -91,11 +83,7 @@ class CPythonSession:
         self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
         self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
         self.threads = ThreadMap({}, [], [], False)
-        self._stale = True
-        self._last_scan = -1.0
-        #: a thread not seen before has no thread state: walk right after resume (``settle``) or at refresh
-        self._rescan_soon = False
-        self._unmapped: dict[int, int] = {}  #: tid -> ``stats.rescans`` when it was first found unmapped
+        self.walks = WalkSchedule()  #: when ``threads`` is walked again
         self._code_adaptive = self.layout.code.code_adaptive or 0
         self._locals: LocalsReader | None = None
         self._names: ThreadNames | None = None
@@ -108,19 +96,15 @@ class CPythonSession:
     def refresh(self, force: bool = False) -> None:
         """Re-walk the thread lists if needed, and rebuild dirty read plans."""
         now = time.monotonic()
-        since = now - self._last_scan
-        stale = self._stale and since >= RESCAN_MIN_INTERVAL
-        if force or since >= RESCAN_MAX_INTERVAL or stale or self._rescan_soon:
+        if force or self.walks.due(now):
             self._rescan(now)
         for slot in self._slots.values():
             if slot.pending is not None:
                 self._rebuild(slot)
 
     def _rescan(self, now: float) -> None:
-        self._last_scan = now
-        self._stale = self._rescan_soon = False
-        self.stats.rescans += 1
         threads = walk_thread_states(self.process.read, self.interpreter.runtime, self.layout)
+        self.walks.walked(now, threads.complete)
         slots: dict[int, ThreadSlot] = {}
         for key, info in threads.by_key.items():
             slot = self._slots.get(key)
@@ -132,7 +116,6 @@ class CPythonSession:
         if not threads.complete:
             # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
             # every thread state's identity anyway, and the next walk comes soon
-            self._stale = True
             for key, slot in self._slots.items():
                 slots.setdefault(key, slot)
         self._slots = slots
@@ -159,7 +142,7 @@ class CPythonSession:
             self.stats.unmapped += 1
             if tid == self._main_tid:
                 self.stats.main_unmapped += 1
-            self._ask_rescan(tid)
+            self.walks.lost(tid)
             unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
             unmapped.key = key
             return unmapped
@@ -171,7 +154,7 @@ class CPythonSession:
         slot.note(wanted, reader.misses > 0, reader.unread_range())
         self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         if out.status == CaptureStatus.STALE:
-            self._ask_rescan(tid)  # the thread state moved on (thread exited, tid reused)
+            self.walks.lost(tid)  # the thread state moved on (thread exited, tid reused)
         return out
 
     def _bound_slot(self, key: int, tid: int) -> ThreadSlot | None:
@@ -188,22 +171,6 @@ class CPythonSession:
             return None
         slot.tid = tid
         return slot
-
-    def _ask_rescan(self, tid: int) -> None:
-        """A thread found without a (valid) thread state asks for a walk of the thread lists, twice at most:
-        right after resume (``settle``, which has an unmapped thread stopped again if the walk finds it) or
-        at the next refresh. A new thread's state is on them from its first Python instruction (the second
-        walk is for one whose thread state was not bound to it yet at the first), while one still without a
-        state after that is a native thread (a BLAS worker), whose captures would otherwise ask for a walk
-        every tick. Waiting RESCAN_MIN_INTERVAL instead left the short-lived threads of a
-        ThreadPoolExecutor made per batch (3.12, 600 threads in 5 s) without Python frames in 22% of their
-        samples. Either way the lists are walked again within RESCAN_MIN_INTERVAL (``_stale``)."""
-        self._stale = True
-        first = self._unmapped.setdefault(tid, self.stats.rescans)
-        if self.stats.rescans - first <= 1:  # twice: the first walk may find its state not bound to it yet
-            self._rescan_soon = True
-        if len(self._unmapped) > MAX_UNMAPPED_TIDS:
-            self._unmapped.clear()
 
     def snapshot(self, tid: int, regs: object) -> ThreadSlot | None:
         """The least copy while the thread is stopped: the ranges its read plan names, into the thread's
@@ -242,7 +209,7 @@ class CPythonSession:
                 # a thread not seen before: walk the thread lists now (once for all such captures of a
                 # tick), with every thread running, and if its state is there, stop it again to capture it
                 # with its Python frames
-                if self._rescan_soon:
+                if self.walks.soon:
                     self._rescan(time.monotonic())
                 if self._bound_slot(data.key, data.tid) is not None:
                     self.stats.remapped += 1
@@ -266,7 +233,7 @@ class CPythonSession:
         self.stats.snapshots += 1
         data.note(wanted, False, None)  # counts a clean capture; may cut back a plan grown too large
         if out.status == CaptureStatus.STALE:
-            self._ask_rescan(snap.tid)
+            self.walks.lost(snap.tid)
         return out
 
     # --- after resume ---------------------------------------------------------------------------------
@@ -339,7 +306,7 @@ class CPythonSession:
         out = {}
         for prefix, stats in (("python_stacks", self.stats), ("python_code", self.codes.stats)):
             for name, value in dataclasses.asdict(stats).items():
-                if value and name not in ("captures", "decoded", "rescans", "plan_rebuilds"):
+                if value and name not in ("captures", "decoded", "plan_rebuilds"):
                     out[f"{prefix}_{name}"] = value
         return out
 

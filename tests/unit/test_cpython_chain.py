@@ -23,7 +23,7 @@ from agents.cpython.offsets import TABLES
 from agents.cpython.plan import SHRINK_AFTER, build_plan
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader, ThreadSlot
 from agents.cpython.session import CPythonSession, SessionStats
-from agents.cpython.threads import ThreadStateInfo, walk_thread_states
+from agents.cpython.threads import ThreadStateInfo, WalkSchedule, walk_thread_states
 from profiler.runtime import RECAPTURE
 from profiler.target.ptrace import iovec
 
@@ -635,8 +635,7 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._reader = ScatterReader(1, capacity=4 << 20)
     session._native_keys = session._copier.native_keys
     session._slots = {TID: ThreadSlot(TID, info)}
-    session._stale = session._rescan_soon = False
-    session._unmapped = {}
+    session.walks = WalkSchedule()
     session._main_tid, session._main_mapped = TID, False
     return session
 
@@ -865,18 +864,15 @@ def test_a_new_thread_with_an_exited_ones_pthread_handle_is_not_read_as_it(targe
     other = TID + 1
     assert session.snapshot(other, REGS) is None
     assert unmapped(session.capture(other, REGS)) and session.stats.unmapped == 1
-    assert session._rescan_soon
-    session._rescan_soon = False
-    assert unmapped(session.capture(other, REGS)) and session._rescan_soon  # no walk since: still asking
-    session._rescan_soon = False
-    session.stats.rescans += 1  # a walk that found no state for it: a native thread from now on
+    assert session.walks.soon
+    session.walks.soon = False
+    assert unmapped(session.capture(other, REGS)) and session.walks.soon  # no walk since: still asking
+    session.walks.walked(0.0, complete=True)  # a walk
     session._slots[TID].tid = 0
     assert session.capture(other, REGS).status is CaptureStatus.OK  # the walk re-validated the slot
     session._slots.clear()
-    assert unmapped(session.capture(other + 1, REGS)) and session._rescan_soon  # never seen: asks
-    session._rescan_soon = False
-    session.stats.rescans += 1
-    assert unmapped(session.capture(other + 1, REGS)) and session._rescan_soon  # maybe not bound yet: again
-    session._rescan_soon = False
-    session.stats.rescans += 1
-    assert unmapped(session.capture(other + 1, REGS)) and not session._rescan_soon  # native: does not ask
+    assert unmapped(session.capture(other + 1, REGS)) and session.walks.soon  # never seen: asks
+    session.walks.walked(0.0, complete=True)  # a walk that found no state for it
+    assert unmapped(session.capture(other + 1, REGS)) and session.walks.soon  # maybe not bound yet: again
+    session.walks.walked(0.0, complete=True)
+    assert unmapped(session.capture(other + 1, REGS)) and not session.walks.soon  # native: does not ask

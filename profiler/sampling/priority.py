@@ -1,5 +1,6 @@
 """When the sampling thread runs: at real-time priority (SCHED_FIFO) from the moment it goes to sleep until
-it has resumed the threads of the tick it wakes for, and at its own priority for all the work after.
+it has resumed the threads of the tick it wakes for, and through a short budget of the work after; at its
+own priority for anything longer.
 
 Why the wake-up. A sampler at normal priority that shares a CPU with a busy target thread does not run
 when its timer fires: the fair scheduler (EEVDF, kernel 6.6+) lets the running thread go on to the end of
@@ -20,17 +21,30 @@ Why the stops (``../shared/reference/ptrace-costs.md`` section 3): with more run
 sampler at normal priority is preempted by the threads it has just resumed, and the ones it has not
 resumed yet stay stopped a whole scheduler tick (p90 3.9 ms, against 118-142 us under SCHED_FIFO).
 
-Why not the work after. Unwinding, interning and new processes are deferred work of unbounded length: the
-first unwind in a module decodes its CFI, a new child's ELF files are read. At real-time priority that
-would hold a CPU from the target for as long. So the thread drops back to its own policy once its threads
-run again (``normal``), and raises itself again before it next sleeps (``realtime``): two
-``sched_setscheduler`` calls per tick, 4.6 us here for the pair.
+Why not long work after the stops. Unwinding, interning and new processes are deferred work of unbounded
+length: the first unwind in a module decodes its CFI, a new child's ELF files are read. At real-time
+priority that would hold a CPU from the target for as long. But dropping back to the thread's own policy
+after every tick's stops costs more than most ticks' work: ``sched_setscheduler`` to SCHED_OTHER and back
+took 13-14 us per tick here in the capture loop (3.7-3.9 us to raise, 9.2-10.2 us to drop; paced at 1 kHz,
+one busy thread, three runs). In interleaved repetitions of that loop (12 of 2 s each), the CPU per capture
+went from 163 to 148 us (1.90x to 1.68x the C floor sampler's) with the budget below. So
+the work after the stops goes on at real-time priority for at most WORK_BUDGET (``after_stops``, then
+``check`` between steps of the work), and the thread drops back to its own policy when the budget is spent,
+and before periodic work that can be long (``normal``). A single step that runs past the budget is cut by
+the kernel: with RLIMIT_RTTIME set, a real-time thread that runs that long without blocking is sent
+SIGXCPU, whose handler here drops the thread back (the kernel counts in scheduler ticks: it fired 4.5-7 ms
+into a busy loop here, HZ=250). Without that backstop (not the main thread, a hard RTTIME limit, or a CPU
+time limit whose SIGXCPU must keep its meaning) the thread drops back after every tick's stops, as it did
+before.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import signal
+import time
+from types import FrameType
 
 from profiler.config import SamplingPriority
 from profiler.errors import PermissionDenied
@@ -38,6 +52,15 @@ from profiler.errors import PermissionDenied
 #: SCHED_FIFO priority of the sampling thread: the level ptrace-costs.md section 3 measured. Low among
 #: real-time priorities (1-99), so threaded interrupt handlers (50) and audio threads still come first.
 FIFO_PRIORITY = 10
+
+#: how long the work after a tick's stops may go on at real-time priority: one EEVDF base slice
+#: (``sysctl_sched_base_slice``, 0.75 ms, kernel/sched/fair.c, before its scaling by the CPU count), the time
+#: the fair scheduler itself lets a thread run before a waiting one is due, so a target thread that shares the
+#: sampler's CPU waits no longer than a fair-class neighbour could make it wait
+WORK_BUDGET = 0.00075
+
+#: children of the sampling thread (a command it starts, helper threads) do not inherit real-time priority
+_FIFO = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
 
 #: policies whose thread already preempts fair-class threads: nprof leaves them as they are
 _REALTIME_POLICIES = frozenset({os.SCHED_FIFO, os.SCHED_RR})
@@ -58,13 +81,20 @@ NOT_PERMITTED = (
 
 class SamplingPolicy:
     """Switches the calling thread between SCHED_FIFO (``realtime``) and the policy it had at ``start``
-    (``normal``). Both are no-ops when already there, or when ``start`` was not granted real-time priority."""
+    (``normal``), and bounds the work done at SCHED_FIFO after the stops (``after_stops``, ``check``). Every
+    switch is a no-op when already there, or when ``start`` was not granted real-time priority."""
 
     def __init__(self, mode: SamplingPriority) -> None:
         self.mode = mode
         self._fifo: os.sched_param | None = None  #: the real-time priority ``start`` was granted, if any
         self._own = (os.SCHED_OTHER, os.sched_param(0))  #: the thread's policy before ``start``, to go back to
         self._raised = False
+        self._after_stops = False  #: between ``after_stops`` and the next ``realtime``: the backstop may drop
+        self._budget_end = 0.0  #: monotonic time at which the work after the stops drops back
+        #: what ``stop`` restores when the kernel's backstop is armed: the SIGXCPU handler and RLIMIT_RTTIME
+        self._backstop: tuple[object, tuple[int, int]] | None = None
+        self.budget_drops = 0  #: ticks whose work after the stops outlasted WORK_BUDGET
+        self.backstop_drops = 0  #: steps of that work cut by SIGXCPU
 
     def start(self) -> str | None:
         """Find out whether real-time priority is permitted, and leave the thread at it if so.
@@ -74,16 +104,17 @@ class SamplingPolicy:
         if self.mode is SamplingPriority.NORMAL:
             return None
         policy = os.sched_getscheduler(0)
-        if policy in _REALTIME_POLICIES:
+        if policy & ~os.SCHED_RESET_ON_FORK in _REALTIME_POLICIES:
             return None  # started under chrt -f/-r: it already preempts the target's fair-class threads
         own = (policy, os.sched_getparam(0))
         for priority in _candidate_priorities():
             fifo = os.sched_param(priority)
             try:
-                os.sched_setscheduler(0, os.SCHED_FIFO, fifo)
+                os.sched_setscheduler(0, _FIFO, fifo)
             except PermissionError:
                 continue
             self._fifo, self._own, self._raised = fifo, own, True
+            self._arm_backstop()
             return None
         if self.mode is SamplingPriority.FIFO:
             raise PermissionDenied(
@@ -92,17 +123,72 @@ class SamplingPolicy:
             )
         return NOT_PERMITTED
 
+    def stop(self) -> None:
+        """Back at the thread's own policy, with the SIGXCPU handler and RTTIME limit it had."""
+        self.normal()
+        if self._backstop is not None:
+            handler, limit = self._backstop
+            self._backstop = None
+            resource.setrlimit(resource.RLIMIT_RTTIME, limit)  # first: no SIGXCPU can come after the handler
+            signal.signal(signal.SIGXCPU, handler)  # type: ignore[arg-type]
+
     def realtime(self) -> None:
         """Before the sampler sleeps until its next tick: its wake-up must preempt the target."""
+        self._after_stops = False
         if self._fifo is not None and not self._raised:
-            os.sched_setscheduler(0, os.SCHED_FIFO, self._fifo)
+            os.sched_setscheduler(0, _FIFO, self._fifo)
             self._raised = True
 
     def normal(self) -> None:
-        """Once every stopped thread runs again: back to the thread's own policy for the deferred work."""
+        """Back to the thread's own policy at once: for work that can be long."""
         if self._raised:
             os.sched_setscheduler(0, *self._own)
             self._raised = False
+
+    def after_stops(self) -> None:
+        """Every thread stopped runs again: the work after may go on at real-time priority for WORK_BUDGET,
+        if the kernel's backstop is armed (module docstring); otherwise drop back now."""
+        if self._backstop is None:
+            self.normal()
+        else:
+            self._after_stops = True
+            self._budget_end = time.monotonic() + WORK_BUDGET
+
+    def check(self) -> None:
+        """Between steps of the work after the stops: drop back once the budget is spent."""
+        if self._raised and time.monotonic() >= self._budget_end:
+            self.normal()
+            self.budget_drops += 1
+
+    def _arm_backstop(self) -> None:
+        """Have the kernel send SIGXCPU when the thread runs at real-time priority for WORK_BUDGET without
+        blocking (RLIMIT_RTTIME, setrlimit(2)); its handler drops the thread back. Left unarmed where that
+        cannot be done safely: a hard RTTIME limit would SIGKILL nprof at its end if the handler were late, and
+        a CPU time limit (RLIMIT_CPU) sends SIGXCPU too, which must still end nprof."""
+        limit = resource.getrlimit(resource.RLIMIT_RTTIME)
+        if limit[1] != resource.RLIM_INFINITY or resource.getrlimit(resource.RLIMIT_CPU)[0] != resource.RLIM_INFINITY:
+            return
+        try:
+            handler = signal.signal(signal.SIGXCPU, self._on_sigxcpu)
+        except ValueError:  # not the main thread: Python runs signal handlers there only
+            return
+        self._backstop = (handler, limit)
+        _set_rttime_backstop()
+
+    def _on_sigxcpu(self, signum: int, frame: FrameType | None) -> None:
+        """A step of the work after the stops ran at real-time priority past the budget: drop back. (A tick's
+        stops themselves stay at real-time priority, as they would without the backstop: threads resumed
+        first must not preempt the sampler while it still holds others.) The kernel moved the soft limit a
+        second on when it sent the signal; it is set back for the next tick."""
+        if self._raised and self._after_stops:
+            self.backstop_drops += 1
+            self.normal()
+        _set_rttime_backstop()
+
+
+def _set_rttime_backstop() -> None:
+    """RLIMIT_RTTIME's soft limit at WORK_BUDGET (in microseconds); the hard limit stays unlimited."""
+    resource.setrlimit(resource.RLIMIT_RTTIME, (round(WORK_BUDGET * 1e6), resource.RLIM_INFINITY))
 
 
 def require(mode: SamplingPriority) -> None:
@@ -111,7 +197,7 @@ def require(mode: SamplingPriority) -> None:
     if mode is SamplingPriority.FIFO:
         policy = SamplingPolicy(mode)
         policy.start()
-        policy.normal()
+        policy.stop()
 
 
 def _candidate_priorities() -> list[int]:

@@ -116,8 +116,8 @@ class Sampler:
         """Yield after every tick until the duration ends, ``should_stop`` is true or every target exited.
 
         The thread sleeps between ticks at real-time priority where permitted, so that its wake-up preempts
-        a target thread on its CPU (``priority.py``); it is back at its own priority between the end of
-        each tick's stops and its next sleep, and when this ends."""
+        a target thread on its CPU (``priority.py``); the work after each tick's stops stays there only for a
+        short budget, and the thread is back at its own priority when this ends."""
         config = self.config
         end = None if config.duration is None else self.started + config.duration
         due = self.timer.next_due = time.monotonic()
@@ -148,13 +148,14 @@ class Sampler:
                 if end is not None and due > end:
                     due = end
         finally:
-            priority.normal()
+            priority.stop()
             self.collector.stop()
         self.session.meta.duration = time.monotonic() - self.started
 
     def tick(self) -> Tick:
-        """One tick: decide, stop and copy at real-time priority (``priority.py``); then, at the thread's
-        own priority, record the copies and do the periodic work, which can take long."""
+        """One tick: decide, stop and copy at real-time priority (``priority.py``); then record the copies,
+        at real-time priority for a short budget at most, and do the periodic work, which can take long, at
+        the thread's own priority."""
         self.ticks += 1
         tracer = self.tracer
         live = tracer.seized.live_pids
@@ -182,21 +183,25 @@ class Sampler:
         first, full = (self.agent_snapshot, self.agent_capture) if self.processes.any_agent else (None, None)
         captures = tracer.capture(due, copy_stack=native, agent_capture=first, window=window,
                                   late_agent_capture=full)  # fmt: skip
-        self.priority.normal()  # every thread stopped runs again
+        self.priority.after_stops()  # every thread stopped runs again
         if tracer.late_captures:
             for capture in tracer.take_late_captures():  # stops that came after their tick's window
                 self.record(capture)
+                self.priority.check()
         again = self._record_all(captures, settle=first is not None)
         stopped = len(captures)
         if again:
             self.priority.realtime()
             captures = tracer.capture(again, copy_stack=native, agent_capture=full, window=window)
-            self.priority.normal()
+            self.priority.after_stops()
             self._record_all(captures, settle=False)
             stopped += len(captures)
         now = time.monotonic()
         if now >= self._next_sync:
+            self.priority.normal()
             self._housekeeping(now)
+        else:
+            self.priority.check()
         for pid, target in self.targets.items():
             if target.refresh is not None and pid in live:
                 self.agent_calls.between_ticks(target.refresh, "agent_refresh_errors")
@@ -225,6 +230,7 @@ class Sampler:
                 self.record(capture)
             if i < last:  # after the last one, the pump for the next tick answers them first
                 self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
+                self.priority.check()
         return again
 
     def _state(self, record: ThreadRecord) -> ThreadState:
@@ -298,6 +304,10 @@ class Sampler:
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
+        for name in ("budget_drops", "backstop_drops"):  # work after the stops that outlasted its budget
+            value = getattr(self.priority, name)
+            if value:
+                self.session.counters[f"priority_{name}"] = value
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
             self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)
             self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9)

@@ -165,6 +165,8 @@ class SamplingPolicy:
         blocking (RLIMIT_RTTIME, setrlimit(2)); its handler drops the thread back. Left unarmed where that
         cannot be done safely: a hard RTTIME limit would SIGKILL nprof at its end if the handler were late, and
         a CPU time limit (RLIMIT_CPU) sends SIGXCPU too, which must still end nprof."""
+        if self._backstop is not None:
+            return  # armed by an earlier ``start`` that no ``stop`` followed: its handler is the one to restore
         limit = resource.getrlimit(resource.RLIMIT_RTTIME)
         if limit[1] != resource.RLIM_INFINITY or resource.getrlimit(resource.RLIMIT_CPU)[0] != resource.RLIM_INFINITY:
             return

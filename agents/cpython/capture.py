@@ -278,10 +278,10 @@ class ChainCopier:
         enclosing frame or the enclosing cframe cannot be read."""
         if current == root:
             return status  # no eval loop runs
-        if previous != root and (not current < previous <= current + MAX_CFRAME_GAP or previous & 7):
-            out.forget_frames()
-            return CaptureStatus.TRUNCATED_ENTERING
-        if previous != root:  # the root is read with the thread state (``tstate_size``)
+        if previous != root:  # (the root is read with the thread state: ``tstate_size``)
+            if not current < previous <= current + MAX_CFRAME_GAP or previous & 7:
+                out.forget_frames()
+                return CaptureStatus.TRUNCATED_ENTERING
             cframe.append((previous, self.cframe_size))
         off = reader.get(previous, self.cframe_size)
         if off < 0:

@@ -40,6 +40,7 @@ before.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import signal
@@ -89,8 +90,9 @@ class SamplingPolicy:
         self._fifo: os.sched_param | None = None  #: the real-time priority ``start`` was granted, if any
         self._own = (os.SCHED_OTHER, os.sched_param(0))  #: the thread's policy before ``start``, to go back to
         self._raised = False
-        self._after_stops = False  #: between ``after_stops`` and the next ``realtime``: the backstop may drop
-        self._budget_end = 0.0  #: monotonic time at which the work after the stops drops back
+        #: monotonic time at which the work after the stops drops back; infinite from ``realtime`` on (the sleep
+        #: and the stops), when no budget runs and the backstop leaves the thread at real-time priority
+        self._budget_end = math.inf
         #: what ``stop`` restores when the kernel's backstop is armed: the SIGXCPU handler and RLIMIT_RTTIME
         self._backstop: tuple[object, tuple[int, int]] | None = None
         self.budget_drops = 0  #: ticks whose work after the stops outlasted WORK_BUDGET
@@ -134,7 +136,7 @@ class SamplingPolicy:
 
     def realtime(self) -> None:
         """Before the sampler sleeps until its next tick: its wake-up must preempt the target."""
-        self._after_stops = False
+        self._budget_end = math.inf
         if self._fifo is not None and not self._raised:
             os.sched_setscheduler(0, _FIFO, self._fifo)
             self._raised = True
@@ -151,7 +153,6 @@ class SamplingPolicy:
         if self._backstop is None:
             self.normal()
         else:
-            self._after_stops = True
             self._budget_end = time.monotonic() + WORK_BUDGET
 
     def check(self) -> None:
@@ -182,7 +183,7 @@ class SamplingPolicy:
         stops themselves stay at real-time priority, as they would without the backstop: threads resumed
         first must not preempt the sampler while it still holds others.) The kernel moved the soft limit a
         second on when it sent the signal; it is set back for the next tick."""
-        if self._raised and self._after_stops:
+        if self._raised and self._budget_end < math.inf:
             self.backstop_drops += 1
             self.normal()
         _set_rttime_backstop()

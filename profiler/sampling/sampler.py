@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from profiler.binary.objfile import ObjectFileCache
-from profiler.config import MAX_STACK_BYTES, SamplerConfig
-from profiler.model import StopReason
+from profiler.config import SamplerConfig
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.collector import SurvivorFreezer
 from profiler.sampling.idle import IdleCheck
+from profiler.sampling.notices import stack_window_shortfall, unwind_problems
 from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session
@@ -35,12 +35,6 @@ SYNC_INTERVAL = 0.01
 
 #: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
 MIN_WINDOW = 0.002
-
-#: the end of a recording says that the stack window was too small when at least this share of the
-#: samples, and this many, lost native frames to it: below 1% no frame's share in the profile moves by a
-#: point, and a handful of samples is noise (a thread's one deep moment)
-WINDOW_NOTICE_SHARE = 0.01
-WINDOW_NOTICE_MIN_SAMPLES = 10
 
 
 class EndReason(enum.Enum):
@@ -247,34 +241,6 @@ class Sampler:
 
     # --- the end ----------------------------------------------------------------------------------------
 
-    def _report_unwind_problems(self) -> None:
-        """One counted warning per module whose CFI was (partly) corrupt; frame pointers were used there."""
-        for obj in self.modules.objects.values():
-            count, messages = obj.unwind_problems()
-            if count:
-                self.session.count("modules_with_bad_cfi")
-                self.session.count("bad_cfi_entries", count)
-                self._notice(
-                    f"{obj.path}: {count} corrupt unwind entr{'y' if count == 1 else 'ies'} "
-                    f"({messages[0] if messages else 'see the session counters'}); frame pointers used there"
-                )
-
-    def _report_stack_window(self) -> None:
-        """Say so when the copied window cut many native stacks short, and what copies more: a deep
-        recursion or a program with big stack frames loses its outermost native frames (``main`` and what
-        it called) in every such sample, which the profile shows as many shallow roots."""
-        cut = self.session.stop_reason_counts().get(StopReason.WINDOW_EXHAUSTED.label, 0)
-        total = self.session.total_samples
-        if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
-            return
-        window = self.config.stack_bytes
-        more = min(4 * window, MAX_STACK_BYTES)
-        remedy = f": --stack-bytes {more} copies more, at more cost per sample" if more > window else ""
-        self._notice(
-            f"{cut:,} samples ({100 * cut / total:.1f}%) had native stacks deeper than the {window:,} bytes "
-            f"copied per sample, so their outermost native frames are missing{remedy}"
-        )
-
     def _thread_name(self, target: Target, record: ThreadRecord, state: ThreadState) -> str:
         """The kernel's name (comm), with the runtime's name for the thread where it has one."""
         comm = read_comm(record.pid, record.tid) or record.name
@@ -318,8 +284,11 @@ class Sampler:
             for message in self.agent_calls.notices(target):
                 self._notice(message)
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
-        self._report_unwind_problems()
-        self._report_stack_window()
+        for message in unwind_problems(self.modules.objects.values(), self.session):
+            self._notice(message)
+        shortfall = stack_window_shortfall(self.session, self.config.stack_bytes)
+        if shortfall:
+            self._notice(shortfall)
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
         self.session.modules = list(self.modules.modules)

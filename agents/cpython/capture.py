@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
-from agents.cpython.memory import USER_LIMIT
+from agents.cpython.memory import USER_LIMIT, u64
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
 from agents.cpython.threads import ThreadStateInfo
 
@@ -237,7 +237,7 @@ class ChainCopier:
             off = plan.find(frame, self.cframe_size, done)
             if off < 0:
                 return False
-            frame = snap.u64(off + self.cframe_offset)
+            frame = u64(view, off + self.cframe_offset)
         return not frame or plan.find(frame, self.frame_size, done) >= 0
 
     def _check_enclosing(

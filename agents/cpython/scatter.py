@@ -84,9 +84,6 @@ class Snapshot:
             self.view = memoryview(self.buffer).cast("B")
             self._local[0] = self.base
 
-    def u64(self, offset: int) -> int:
-        return _U64.unpack_from(self.view, offset)[0]
-
     def take(self, pid: int, tid: int, plan: ReadPlan) -> bool:
         """During the stop: copy every planned range with one syscall. False if the plan is empty or does
         not fit (it was rebuilt and not yet ``fit``): the caller walks in the stop instead."""

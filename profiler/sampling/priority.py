@@ -161,6 +161,11 @@ class SamplingPolicy:
             self.normal()
             self.budget_drops += 1
 
+    def counters(self) -> dict[str, int]:
+        """The session counters of work after the stops that outlasted its budget (the non-zero ones)."""
+        drops = {"priority_budget_drops": self.budget_drops, "priority_backstop_drops": self.backstop_drops}
+        return {name: value for name, value in drops.items() if value}
+
     def _arm_backstop(self) -> None:
         """Have the kernel send SIGXCPU when the thread runs at real-time priority for WORK_BUDGET without
         blocking (RLIMIT_RTTIME, setrlimit(2)); its handler drops the thread back. Left unarmed where that

@@ -270,10 +270,7 @@ class Sampler:
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
-        for name in ("budget_drops", "backstop_drops"):  # work after the stops that outlasted its budget
-            value = getattr(self.priority, name)
-            if value:
-                self.session.counters[f"priority_{name}"] = value
+        self.session.counters.update(self.priority.counters())
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
             self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)
             self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9)

@@ -274,6 +274,9 @@ class Sampler:
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
             self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)
             self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9)
+            # every stop, second ones included (an agent's snapshot that fell short): the target's whole cost
+            self.session.counters["stops"] = stats.held_count
+            self.session.counters["stop_held_total_ns"] = stats.held_total_ns
         self.processes.give_up_detection()
         for target in self.targets.values():
             for name, value in self.agent_calls.counters(target).items():

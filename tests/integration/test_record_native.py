@@ -134,6 +134,8 @@ def test_busy_thread_is_stopped_at_rates_above_the_scheduler_tick(chain_fp, tmp_
     # what it cost the target is said, and kept (~20-40 us a stop here; the bound only catches garbage)
     held, p90 = session.counters["stop_held_median_ns"], session.counters["stop_held_p90_ns"]
     assert 0 < held <= p90 < 1_000_000_000, session.counters
+    stops, total_ns = session.counters["stops"], session.counters["stop_held_total_ns"]
+    assert total - reused <= stops and 0 < total_ns / stops < 1_000_000_000, session.counters
     assert "threads were held" in result.stdout
 
 

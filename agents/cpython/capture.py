@@ -63,7 +63,7 @@ class StackCapture:
     ``owner | is_entry << 8`` (0 on <=3.10) and a shim's code is 0."""
 
     __slots__ = ("tid", "tstate", "status", "holds_gil", "addrs", "values", "code_headers", "raw",
-                 "code_keys", "key", "_copier", "_frames")  # fmt: skip
+                 "code_keys", "key", "late_codes", "_copier", "_frames")  # fmt: skip
 
     def __init__(
         self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK, copier: ChainCopier | None = None
@@ -78,6 +78,9 @@ class StackCapture:
         self.raw: bytes | memoryview = b""
         self.code_keys: dict[int, int | None] = {}
         self.key = 0  #: UNMAPPED: what the thread was looked up by (its tid, or its fs_base on <=3.10)
+        #: a snapshot's walk: the code objects whose headers the snapshot lacks (``CPythonSession.settle``
+        #: reads them after resume and accepts only known identities; their ``code_headers`` stay -1)
+        self.late_codes: list[int] = []
         self._copier = copier
         self._frames: list[tuple[int, int, int, int]] | None = None
 
@@ -343,7 +346,9 @@ class ChainCopier:
 
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
-        in it (-1: unreadable; -2: a shim's code, never read)."""
+        in it (-1: unreadable; -2: a shim's code, never read). A walk of a snapshot (``reader.frozen``)
+        reads nothing: the headers it lacks are counted as misses, so that the next plan holds them, and
+        left in ``out.late_codes`` for ``CPythonSession.settle``."""
         csize, find, done = self.code_size, reader.plan.find, reader.done
         headers = out.code_headers
         missing: list[int] = []
@@ -355,6 +360,10 @@ class ChainCopier:
             else:
                 missing.append(code)
         if missing:
-            headers.update(zip(missing, reader.read_many(missing, csize)))
+            if reader.frozen:
+                reader.misses += len(missing)
+                out.late_codes = missing
+            else:
+                headers.update(zip(missing, reader.read_many(missing, csize)))
         out.raw = reader.view[: reader.tail]
-        return [code for code, off in headers.items() if off >= 0]
+        return [code for code, off in headers.items() if off >= 0] + out.late_codes

@@ -704,6 +704,54 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     assert session.stats.recaptured == 1 and session.stats.snapshots == 0
 
 
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize("case", ["known", "replaced", "freed", "new", "unreadable"])
+def test_a_known_code_object_the_snapshot_lacks_is_confirmed_after_resume(target, case):
+    """A frame the plan holds may run a function this thread has not run before (3.11+: a call at a
+    depth seen before reuses that place on the data stack), so the snapshot lacks its code object's
+    header. If the code cache knows the object at that address (decoded in another stop, of this thread
+    or another), ``settle`` reads the header after resume, with one syscall, and settles the snapshot
+    when it still holds the known identity and looks alive: no second stop. Anything else asks for the
+    stop: another code object at that address (the known one was freed, and its address reused), one
+    freed since (``ob_refcnt`` overwritten by the allocator's free list), a code object never decoded
+    (read nothing: a stop must decode it), an unreadable header."""
+    info, frames = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    c = target.layout.code
+    other = target.code("other", 70, version=9)
+    assert session.codes.identify(other, target.read(other, c.size), 0) is not None  # decoded in another stop
+    if case == "unreadable":  # known at an address unmapped since
+        session.codes._by_addr[UNMAPPED] = session.codes._by_addr[other]
+        other = UNMAPPED
+    if case == "new":
+        other = target.code("never-stopped-in", 80, version=10)
+    target.put(frames[1] + target.layout.frame.code, "Q", other)  # "b" returned; "other" called there
+    data = session.snapshot(TID, REGS)
+    assert data is not None
+    if case == "replaced":  # "other" freed, and a new function allocated at its address
+        target.put(other + c.name, "Q", target.string("reborn"))
+        target.put(other + c.firstlineno, "i", 77)
+        if c.version is not None:
+            target.put(other + c.version, "I", 999)
+    elif case == "freed":
+        target.put(other, "q", HEAP + 64)  # pymalloc's free list link where ob_refcnt was
+    target.syscalls = 0
+    settled = session.settle(data)
+    if case != "known":
+        assert settled is RECAPTURE and session.stats.recaptured == 1
+        assert target.syscalls == (0 if case == "new" else 1)
+        return
+    assert isinstance(settled, StackCapture) and target.syscalls == 1
+    decoded, cut = decode_frames(settled, target.layout.frame, c.code_adaptive or 0)  # settle set the keys
+    assert names_of(session.codes, decoded) == ["c", "other", "a"] and not cut
+    assert (session.stats.snapshots, session.stats.late_headers, session.stats.recaptured) == (1, 1, 0)
+    session._slots[TID].rebuild()  # the plan now holds that header too: the next snapshot reads nothing more
+    target.syscalls = 0
+    settled = session.settle(session.snapshot(TID, REGS))
+    assert isinstance(settled, StackCapture) and target.syscalls == 1 and session.stats.late_headers == 1
+
+
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
 def test_a_deeper_call_on_the_newest_frames_page_settles_without_a_stop_3_11(target):
     """3.11+ push a call's frame just above the newest one: a plan reads on to the end of the newest

@@ -1,13 +1,15 @@
-"""What the agent copies while a thread is stopped: its thread state's current frame, the frame chain, each
-frame's code-object header, and the GIL holder. Nothing else happens during the stop (DESIGN.md section 2,
-rule 1): no decoding, no strings, no caches beyond a dict lookup; every loop is bounded.
+"""What the agent copies while a thread is stopped: its thread state's current frame, the frame chain, and
+the GIL holder. Nothing else happens during the stop (DESIGN.md section 2, rule 1): no decoding, no
+strings, no caches beyond a dict lookup; every loop is bounded.
 
 Per frame the copy keeps the minimum the decoder needs after resume: the frame's address (for locals), its
 code pointer, its position (``f_lasti`` or the instruction pointer) and its flags (``is_entry`` on 3.11,
-``owner`` on 3.11+). Per frame it also copies the *identity header* of the code object (``CodeLayout.size``
-bytes): a code object cannot be freed while a frame runs it, so the header read during the stop is the one
-moment its identity is certain. ``code.py`` compares it after resume to guard its cache against address reuse.
-"""
+``owner`` on 3.11+). Each distinct code pointer's *identity header* (``CodeLayout.size`` bytes) is what
+``code.py`` checks its cache against, to guard it against address reuse. A walk in the stop (``capture``)
+copies the headers too: a code object cannot be freed while a frame runs it, so a new one is decoded there.
+A walk of a snapshot after resume (``CPythonSession.settle``) reads them then, and keeps only known
+identities (``code.py`` says why that is as sure): read plans copy no headers, so a snapshot is the thread
+state, the cframes and the frames alone, a few ranges where the headers were one each."""
 
 from __future__ import annotations
 
@@ -78,8 +80,8 @@ class StackCapture:
         self.raw: bytes | memoryview = b""
         self.code_keys: dict[int, int | None] = {}
         self.key = 0  #: UNMAPPED: what the thread was looked up by (its tid, or its fs_base on <=3.10)
-        #: a snapshot's walk: the code objects whose headers the snapshot lacks (``CPythonSession.settle``
-        #: reads them after resume and accepts only known identities; their ``code_headers`` stay -1)
+        #: a snapshot's walk: the code objects whose headers the snapshot does not hold (``settle`` reads
+        #: them after resume and accepts only known identities; their ``code_headers`` stay -1)
         self.late_codes: list[int] = []
         self._copier = copier
         self._frames: list[tuple[int, int, int, int]] | None = None
@@ -203,13 +205,13 @@ class ChainCopier:
         else:
             status = self._walk(reader, frame, out, set())
         out.status = status
-        codes = self._copy_headers(reader, out)
+        self._copy_headers(reader, out)
         # a plan that read everything and holds at most twice what this capture needed is kept as it is; a
         # larger one may be cut back to this capture's reads (``ThreadSlot.note`` decides when)
-        needed = len(fixed) + len(cframe) + len(out.addrs) + len(codes)
+        needed = len(fixed) + len(cframe) + len(out.addrs)
         if not reader.misses and len(reader.plan.where) <= 2 * needed:
             return out, None
-        size, csize = self.frame_size, self.code_size
+        size = self.frame_size
         frames = [(addr, size) for addr in out.addrs]
         if self.data_stack and frames:
             # 3.11+ push each call's frame just above the newest one on the thread's data stack: reading
@@ -217,7 +219,7 @@ class ChainCopier:
             # (found by ``ReadPlan.find``), at no risk of a fault (scatter.PAGE_SIZE)
             newest = out.addrs[0]
             frames[0] = (newest, ((newest + size - 1) | (PAGE_SIZE - 1)) + 1 - newest)
-        return out, (fixed, cframe + frames + [(c, csize) for c in codes])
+        return out, (fixed, cframe + frames)
 
     def newest_frame_planned(self, snap: Snapshot, info: ThreadStateInfo) -> bool:
         """During the stop, right after a snapshot: whether it holds the thread's newest frame (and on
@@ -347,8 +349,9 @@ class ChainCopier:
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
         in it (-1: unreadable; -2: a shim's code, never read). A walk of a snapshot (``reader.frozen``)
-        reads nothing: the headers it lacks are counted as misses, so that the next plan holds them, and
-        left in ``out.late_codes`` for ``CPythonSession.settle``."""
+        reads nothing: the headers that the snapshot's ranges do not hold anyway are left in
+        ``out.late_codes``, for ``CPythonSession.settle`` to read after resume. They are not misses: plans
+        do not copy headers (the module's docstring)."""
         csize, find, done = self.code_size, reader.plan.find, reader.done
         headers = out.code_headers
         missing: list[int] = []
@@ -361,7 +364,6 @@ class ChainCopier:
                 missing.append(code)
         if missing:
             if reader.frozen:
-                reader.misses += len(missing)
                 out.late_codes = missing
             else:
                 headers.update(zip(missing, reader.read_many(missing, csize)))

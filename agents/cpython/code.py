@@ -2,10 +2,10 @@
 
 A code object's address is not a stable identity: when a function is freed (an ``exec`` in a loop, a
 reloaded module), a new code object may be allocated at the same address. A cache keyed by address alone
-would then name the new function after the old one. So each capture carries the *identity header* of every
-code object on the stack, copied while the frame that runs it kept it alive (``capture.py``), and a cached
-entry is used only when its identity equals the captured one; otherwise the new occupant is decoded and
-gets a new key.
+would then name the new function after the old one. So each capture made in a stop carries the *identity
+header* of every code object on the stack, copied while the frame that runs it kept it alive
+(``capture.py``; a snapshot's are read after resume, below), and a cached entry is used only when its
+identity equals the captured one; otherwise the new occupant is decoded and gets a new key.
 
 The identity is the fields a code object never changes after creation: ``ob_type``, ``co_firstlineno``, the
 pointers to its file name, name, qualified name, line table and local names, and on 3.12+ ``co_version``, a
@@ -26,16 +26,15 @@ capture (``StackCapture.code_keys``), so decoding after resume neither reads the
 object up again. ``_decode`` still re-reads the header after the strings, as a guard against a pointer that
 was not a live code object at all.
 
-A snapshot (``scatter.py``) may lack the header of a code object met on the stack, when its plan was made
-before the thread first ran it. If the cache knows a code object at that address, ``confirm`` reads the
-header after resume and keeps the known key only if it still holds the known identity, and the object
-looks alive. That is as certain as the check during a stop. The object the frame ran at the stop wrote
-its identity at that address when it was made, before the stop. If that identity was not the known one,
-then the known bytes can be there now only if a code object made at the same address since had the known
+A snapshot (``scatter.py``) holds no code-object headers: they were most of its ranges, one each, where a
+3.11+ frame chain is one or two. ``CPythonSession.settle`` reads them after resume instead, and ``confirm``
+keeps a known key only if the header read then still holds the known identity, and the object looks
+alive. That is as certain as the check during a stop. The object the frame ran at the stop wrote its
+identity at that address when it was made, before the stop. If that identity was not the known one, then
+the known bytes can be there now only if a code object made at the same address since had the known
 identity. Telling those apart is beyond the stop's own check as well (and impossible on 3.12+, where
-``co_version`` differs). A code object the cache does not know still needs a stop (``CPythonSession.settle``
-asks for one). In a pytest run recorded at 1 kHz on 3.11, 97% of the snapshots that fell short lacked only
-such headers, of code objects already known.
+``co_version`` differs). A code object the cache does not know, or that no longer holds the known identity,
+still needs a stop (``settle`` asks for one).
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
@@ -45,6 +44,7 @@ one address, which would merge only frames that far apart.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from agents.cpython.capture import StackCapture
@@ -67,6 +67,7 @@ UNDECODED = 3
 #: Include/object.h). pymalloc's free() overwrites ob_refcnt with the free-list link, a pointer or NULL
 #: (Objects/obmalloc.c); glibc's free() overwrites the first two words (ob_refcnt, ob_type) with its own.
 MAX_LIVE_REFCNT = 1 << 32
+_REFCNT = struct.Struct("<q")  #: ``ob_refcnt``, at +0
 
 
 def alive(header: bytes) -> bool:
@@ -154,20 +155,23 @@ class CodeCache:
         self.by_key[info.key] = info
         return info.key
 
-    def knows(self, addr: int) -> bool:
-        """Whether a code object at ``addr`` was decoded (it may since have been replaced there)."""
-        return addr in self._by_addr
+    def known(self, codes: list[int]) -> list[CodeInfo] | None:
+        """The cache's entries for the code objects at ``codes``; None if one was never decoded."""
+        get = self._by_addr.get
+        entries = [get(code) for code in codes]
+        return None if None in entries else entries  # type: ignore[return-value]
 
-    def confirm(self, addr: int, raw: bytes | memoryview, offset: int) -> int | None:
-        """After resume: the key of the code object the cache knows at ``addr``, if its header read now at
-        ``raw[offset:]`` still holds that identity and the object looks alive (the module's docstring says
-        why that settles what the stop saw); None otherwise, and the capture must then be made in a stop."""
-        entry = self._by_addr.get(addr)
-        if entry is None or offset < 0 or offset + self._ident.size > len(raw):
-            return None
-        if self._ident.unpack_from(raw, offset) != entry.ident or not alive(raw[offset : offset + 8]):
-            return None
-        return entry.key
+    def confirm(self, entries: list[CodeInfo], raw: bytes | memoryview, offsets: list[int]) -> bool:
+        """After resume: whether the headers read now at ``raw[offset:]`` (one per entry of ``known``) still
+        hold those entries' identities, of objects that look alive (the module's docstring says why that
+        settles what the stop saw). False means that the capture must be made in a stop."""
+        unpack, size, limit = self._ident.unpack_from, self._ident.size, len(raw)
+        for entry, offset in zip(entries, offsets):
+            if offset < 0 or offset + size > limit or unpack(raw, offset) != entry.ident:
+                return False
+            if not 0 < _REFCNT.unpack_from(raw, offset)[0] < MAX_LIVE_REFCNT:
+                return False
+        return True
 
     def decode_new(self, capture: StackCapture, decode: bool = True) -> bool:
         """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code

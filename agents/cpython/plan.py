@@ -3,9 +3,10 @@
 A frame chain is a linked list: each frame's address is known only after its newer neighbour was read, so a
 naive walk costs one syscall per frame (``scatter.py`` has the costs). But a thread's chain changes little
 between two samples. So each thread keeps a ``ReadPlan``: the ranges its previous capture needed (thread
-state, frames, code-object headers), coalesced where they are close (3.11+ frames sit next to each other in
-the data stack), and where each planned address lands in the copy. ``build_plan`` makes one from what a
-capture read; ``next_ranges`` decides what a plan that missed keeps from before.
+state, cframes, frames; not the code objects' headers, which are read after resume: ``capture.py``),
+coalesced where they are close (3.11+ frames sit next to each other in the data stack), and where each
+planned address lands in the copy. ``build_plan`` makes one from what a capture read; ``next_ranges``
+decides what a plan that missed keeps from before.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ EMPTY_PLAN = ReadPlan([], {})
 def build_plan(fixed: list[tuple[int, int]], rest: list[tuple[int, int]]) -> ReadPlan:
     """A plan for what a capture read: the ``fixed`` reads first and in order (the thread state and the
     like: they decide whether the rest is needed, so a fault in the tail cannot cost them), then the
-    ``rest`` (frames, code headers) sorted by address and coalesced."""
+    ``rest`` (cframes, frames) sorted by address and coalesced."""
     sizes: dict[int, int] = {}
     for addr, size in rest:
         if sizes.get(addr, 0) < size:

@@ -106,7 +106,7 @@ class ThreadSlot:
         self.info = info
         self.plan: ReadPlan = EMPTY_PLAN
         self.snap = Snapshot()  #: the plan's bytes as the last ``CPythonSession.snapshot`` copied them
-        self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then frames and headers
+        self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then cframes and frames
         #: what the last capture read, whether it missed reads, and the planned range it could not read
         self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
         self.clean = 0  #: captures this plan has served without a miss since it was built
@@ -254,11 +254,10 @@ class ScatterReader:
         return offset + addr - start
 
     def read_many(self, addrs: list[int], size: int) -> list[int]:
-        """Read independent ranges the plan did not cover (code headers) with one scatter read per
-        ``IOV_MAX``; -1 for an unreadable one."""
+        """Read independent ranges (code headers) with one scatter read per ``IOV_MAX``; -1 for an
+        unreadable one. Not misses: plans do not hold what is read here (``capture.py``)."""
         out = [-1] * len(addrs)
         if self.frozen:
-            self.misses += len(addrs)
             return out
         pending = list(range(len(addrs)))
         while pending:
@@ -273,7 +272,6 @@ class ScatterReader:
             self._local[0] = self.base + offset
             self._local[1] = size * len(chunk)
             self.syscalls += 1
-            self.misses += len(chunk)
             n = process_vm_readv(self.pid, self._local, 1, batch, len(chunk), 0)
             complete = max(n, 0) // size
             for j, i in enumerate(chunk[:complete]):

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from agents.cpython.capture import StackCapture
 from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
 from agents.cpython.linetable import LineTable, decode
-from agents.cpython.memory import Read, i64, read_exact
-from agents.cpython.strings import read_bytes, read_str
+from agents.cpython.memory import Read, ReadRanges, i64, plausible
+from agents.cpython.strings import BYTES_FIRST_READ, STR_FIRST_READ, read_bytes, read_str
 
 GENERATION_SHIFT = 48
 GENERATION_MASK = 0xFFFF
@@ -103,11 +103,37 @@ class CodeStats:
     unreadable: int = 0  #: a code object's strings or line table could not be read
 
 
+class _Prefetched:
+    """A ``Read`` that serves reads at the addresses one scatter read fetched, as far as it fetched them, and
+    reads anything else from the target."""
+
+    __slots__ = ("_heads", "_read")
+
+    def __init__(self, heads: dict[int, bytes], read: Read) -> None:
+        self._heads = heads
+        self._read = read
+
+    def __call__(self, addr: int, size: int) -> bytes:
+        head = self._heads.get(addr)
+        if head is not None and size <= len(head):
+            return head[:size]
+        return self._read(addr, size)
+
+
 class CodeCache:
     """Decoded code objects by address (current occupant) and by key (every occupant ever seen)."""
 
-    def __init__(self, read: Read, code: CodeLayout, objects: ObjectLayout, types: dict[str, int]) -> None:
+    def __init__(
+        self,
+        read: Read,
+        code: CodeLayout,
+        objects: ObjectLayout,
+        types: dict[str, int],
+        read_ranges: ReadRanges | None = None,
+    ) -> None:
         self._read = read
+        #: several ranges at once, during a stop: one scatter read where the session has one
+        self._read_ranges = read_ranges or (lambda ranges: [read(addr, size) for addr, size in ranges])
         self._code = code
         self._objects = objects
         self._code_type = types["PyCode_Type"]
@@ -145,15 +171,7 @@ class CodeCache:
             return None
         if not decode:
             return UNDECODED
-        info = self._decode(addr, ident)
-        if info is None:
-            self.stats.unreadable += 1
-            return UNKNOWN_KEY
-        if entry is not None:
-            self.stats.reused_addresses += 1
-        self._by_addr[addr] = info
-        self.by_key[info.key] = info
-        return info.key
+        return self._decode_all({addr: ident})[addr]
 
     def known(self, codes: list[int]) -> list[CodeInfo] | None:
         """The cache's entries for the code objects at ``codes``; None if one was never decoded."""
@@ -175,40 +193,83 @@ class CodeCache:
 
     def decode_new(self, capture: StackCapture, decode: bool = True) -> bool:
         """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code
-        objects not seen before (see the module's docstring for why it cannot wait until after resume).
-        Each distinct code object is identified once, however many frames run it (recursion, a loop of
-        calls). ``decode`` False: known code objects only, nothing read (``CPythonSession.settle``, after
-        resume); returns False if one was not known, and the capture must then be made in a stop."""
+        objects not seen before (see the module's docstring for why it cannot wait until after resume),
+        all of them together (``_decode_all``). Each distinct code object is identified once, however many
+        frames run it (recursion, a loop of calls). ``decode`` False: known code objects only, nothing read
+        (``CPythonSession.settle``, after resume); returns False if one was not known, and the capture must
+        then be made in a stop."""
         raw, identify = capture.raw, self.identify
         keys: dict[int, int | None] = {}
+        new: dict[int, tuple[int, ...]] = {}
         complete = True
         for code, offset in capture.code_headers.items():
-            key = identify(code, raw, offset, decode) if offset >= 0 else None
+            key = identify(code, raw, offset, decode=False) if offset >= 0 else None
             if key is UNDECODED:
-                complete, key = False, None
+                key = None
+                if decode:
+                    new[code] = self._ident.unpack_from(raw, offset)
+                else:
+                    complete = False
             keys[code] = key
+        if new:
+            keys.update(self._decode_all(new))
         capture.code_keys = keys
         return complete
 
-    def _decode(self, addr: int, ident: tuple[int, ...]) -> CodeInfo | None:
-        """Read names, file and line table (after resume), then check the code object is still the one the
-        capture saw, and still alive: if it was freed meanwhile, its strings may have been freed and reused
-        too (seen here: a file name read back as the next loop iteration's "137")."""
-        f, read, objects = self._field, self._read, self._objects
-        name_ptr = ident[f["qualname"]] if "qualname" in f else ident[f["name"]]
-        name = read_str(read, name_ptr, objects, self._str_type)
+    def _decode_all(self, new: dict[int, tuple[int, ...]]) -> dict[int, int]:
+        """Decode the code objects first seen in one stop (address -> identity header): the keys they get
+        (``UNKNOWN_KEY`` for one whose strings could not be read).
+
+        Their names, files and line tables are read with one scatter read for all, of each object's first
+        bytes (``strings.STR_FIRST_READ``), which hold most whole: a longer one costs one read more. Each
+        read here was one ``process_vm_readv`` of its own, 4-5 per code object, ~45 us inside the stop of
+        a pytest run for each. Then the headers are read again, together: a code object must still be
+        the one captured, and alive, once its strings are read (a pointer that was not a live code object
+        at all; after resume, a freed one: seen here, a file name read back as the next loop iteration's
+        "137")."""
+        f, objects, size = self._field, self._objects, self._ident.size
+        name_field = f["qualname"] if "qualname" in f else f["name"]
+        heads = (STR_FIRST_READ, STR_FIRST_READ, objects.bytes_data + BYTES_FIRST_READ)
+        wanted = [
+            (ptr, head)
+            for ident in new.values()
+            for ptr, head in zip((ident[name_field], ident[f["filename"]], ident[f["linetable"]]), heads)
+            if plausible(ptr)
+        ]
+        read = _Prefetched(dict(zip((ptr for ptr, _ in wanted), self._read_ranges(wanted))), self._read)
+        strings = {addr: self._strings(read, ident, name_field) for addr, ident in new.items()}
+        readable = [addr for addr, found in strings.items() if found is not None]
+        again = dict(zip(readable, self._read_ranges([(addr, size) for addr in readable])))
+        keys: dict[int, int] = {}
+        for addr, ident in new.items():
+            found, header = strings[addr], again.get(addr, b"")
+            if found is None or len(header) < size or self._ident.unpack_from(header) != ident or not alive(header):
+                self.stats.unreadable += 1
+                keys[addr] = UNKNOWN_KEY
+                continue
+            if addr in self._by_addr:
+                self.stats.reused_addresses += 1
+            generation = self._generation.get(addr, -1) + 1
+            self._generation[addr] = generation
+            key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
+            name, filename, table = found
+            info = CodeInfo(key, ident, name, filename, ident[f["firstlineno"]], table, self._code.linetable_format)
+            self._by_addr[addr] = info
+            self.by_key[key] = info
+            self.stats.decoded += 1
+            keys[addr] = key
+        return keys
+
+    def _strings(self, read: Read, ident: tuple[int, ...], name_field: int) -> tuple[str, str, bytes] | None:
+        """(name, file name, line table) of the code object whose identity is ``ident``; None if one of them
+        cannot be read."""
+        f, objects = self._field, self._objects
+        name = read_str(read, ident[name_field], objects, self._str_type)
         filename = read_str(read, ident[f["filename"]], objects, self._str_type)
         table = read_bytes(read, ident[f["linetable"]], objects, self._bytes_type)
         if name is None or filename is None or table is None:
             return None
-        again = read_exact(read, addr, self._ident.size)
-        if again is None or self._ident.unpack_from(again) != ident or not alive(again):
-            return None
-        generation = self._generation.get(addr, -1) + 1
-        self._generation[addr] = generation
-        key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
-        self.stats.decoded += 1
-        return CodeInfo(key, ident, name, filename, ident[f["firstlineno"]], table, self._code.linetable_format)
+        return name, filename, table
 
     def get(self, key: int) -> CodeInfo | None:
         return self.by_key.get(key)

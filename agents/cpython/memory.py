@@ -15,6 +15,9 @@ from collections.abc import Callable
 
 #: ``read(addr, size) -> bytes``: the bytes at ``addr``, shorter than ``size`` (or empty) where unreadable
 Read = Callable[[int, int], bytes]
+#: ``read_ranges([(addr, size), ...]) -> [bytes, ...]``: ``Read`` for several ranges, in as few system calls
+#: as the caller can (one scatter read, in a stop)
+ReadRanges = Callable[[list[tuple[int, int]]], list[bytes]]
 
 #: x86-64 user addresses are below 2**47 (4-level paging; Linux keeps 5-level user space below 2**47 unless
 #: a program asks for more with mmap hints, which CPython does not)

@@ -16,6 +16,7 @@ plan only costs the extra reads, and a planned address that became unmapped just
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import mmap
 import struct
@@ -254,29 +255,36 @@ class ScatterReader:
         return offset + addr - start
 
     def read_many(self, addrs: list[int], size: int) -> list[int]:
-        """Read independent ranges (code headers) with one scatter read per ``IOV_MAX``; -1 for an
-        unreadable one. Not misses: plans do not hold what is read here (``capture.py``)."""
-        out = [-1] * len(addrs)
+        """``read_ranges`` of ``size`` bytes at each of ``addrs`` (code headers)."""
+        return self.read_ranges([(addr, size) for addr in addrs])
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[int]:
+        """Read independent ranges (code headers, the first bytes of a new code object's strings) with one
+        scatter read per ``IOV_MAX``: the buffer offset of each, -1 for one not read whole. The kernel stops
+        at the first remote iovec that faults: that one is given up, and those after it read again. Not
+        misses: plans do not hold what is read here (``capture.py``)."""
+        out = [-1] * len(ranges)
         if self.frozen:
             return out
-        pending = list(range(len(addrs)))
-        while pending:
-            chunk = pending[:IOV_MAX]
-            offset = self.tail
-            if offset + size * len(chunk) > len(self.buffer):
-                break
-            batch = self._batch
-            for j, i in enumerate(chunk):
-                batch[2 * j] = addrs[i]
+        start, batch = 0, self._batch
+        while start < len(ranges):
+            chunk = ranges[start : start + IOV_MAX]
+            ends, end = [], 0
+            for j, (addr, size) in enumerate(chunk):
+                batch[2 * j] = addr
                 batch[2 * j + 1] = size
+                end += size
+                ends.append(end)
+            offset = self.tail
+            if offset + end > len(self.buffer):
+                break
             self._local[0] = self.base + offset
-            self._local[1] = size * len(chunk)
+            self._local[1] = end
             self.syscalls += 1
             n = process_vm_readv(self.pid, self._local, 1, batch, len(chunk), 0)
-            complete = max(n, 0) // size
-            for j, i in enumerate(chunk[:complete]):
-                out[i] = offset + j * size
-            self.tail = offset + complete * size
-            # the kernel stops at the first faulting iovec: that one stays -1, the rest are tried again
-            pending = pending[complete + 1 :]
+            complete = bisect.bisect_right(ends, n) if n > 0 else 0
+            for j in range(complete):
+                out[start + j] = offset + ends[j] - chunk[j][1]
+            self.tail = offset + (ends[complete - 1] if complete else 0)
+            start += complete + 1
         return out

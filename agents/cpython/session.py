@@ -78,10 +78,12 @@ class CPythonSession:
         self.interpreter = interpreter
         self.layout = interpreter.layout
         self.stats = SessionStats()
-        self.codes = CodeCache(process.read, self.layout.code, self.layout.objects, interpreter.types)
+        self._reader = ScatterReader(process.pid)
+        self.codes = CodeCache(
+            process.read, self.layout.code, self.layout.objects, interpreter.types, read_ranges=self._read_ranges
+        )
         self.functions = InterpreterFunctions(interpreter.obj.symbols, interpreter.bias)
         self._copier = ChainCopier(self.layout, interpreter.runtime)
-        self._reader = ScatterReader(process.pid)
         self._native_keys = self._copier.native_keys
         self._slots: dict[int, ThreadSlot] = {}
         self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
@@ -247,6 +249,14 @@ class CPythonSession:
         if out.status == CaptureStatus.STALE:
             self.walks.lost(snap.tid)
         return out
+
+    def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The code cache's reads of several ranges during a stop (``CodeCache._decode_all``): one scatter
+        read, into the reader's buffer after what the capture copied; b"" for a range not read whole."""
+        reader = self._reader
+        offsets = reader.read_ranges(ranges)
+        view = reader.view
+        return [bytes(view[off : off + size]) if off >= 0 else b"" for off, (_, size) in zip(offsets, ranges)]
 
     def _identify_codes(self, codes: list[int]) -> dict[int, int] | None:
         """After resume: the keys of the code objects a snapshot's walk met (``codes``, those whose headers

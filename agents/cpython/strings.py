@@ -21,8 +21,10 @@ from agents.cpython.memory import Read, i64, plausible, read_exact, u32, u64
 MAX_CHARS = 4096
 #: longest bytes object read whole (line tables; bounded again by the line-table decoder)
 MAX_BYTES = 1 << 20
-#: bytes read on the first attempt: header and, usually, every character
-_FIRST_READ = 160
+#: bytes of a str read on the first attempt: header and, usually, every character
+STR_FIRST_READ = 160
+#: bytes of a bytes object's contents read on the first attempt, with its header (most line tables)
+BYTES_FIRST_READ = 256
 
 _CODECS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
 
@@ -45,7 +47,7 @@ def read_str(
     """
     if not plausible(addr):
         return None
-    head = read(addr, _FIRST_READ)
+    head = read(addr, STR_FIRST_READ)
     if len(head) < objects.unicode_compact_size:
         # a compact ASCII string may end before the compact header size; retry with exactly its header
         head = read(addr, objects.unicode_ascii_size)
@@ -83,7 +85,7 @@ def read_bytes(read: Read, addr: int, objects: ObjectLayout, bytes_type: int | N
     """The contents of the ``bytes`` object at ``addr`` (``ob_size`` at +16, ``ob_sval`` at +32)."""
     if not plausible(addr):
         return None
-    head = read(addr, objects.bytes_data + 256)
+    head = read(addr, objects.bytes_data + BYTES_FIRST_READ)
     if len(head) < objects.bytes_data:
         return None
     if bytes_type is not None and u64(head, objects.ob_type) != bytes_type:

@@ -443,6 +443,42 @@ def test_is_entry_3_11(target):
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_a_stops_new_code_objects_are_decoded_with_two_reads(target):
+    """The code objects first seen in a stop are decoded together: the first bytes of every name, file name
+    and line table with one scatter read, then every header again with one more (each code object took
+    4-5 reads of its own: ~45 us of the stop apiece in a pytest run). A string longer than the first read
+    costs one read more, for that string alone."""
+    info, _ = chain(target, ["e", "d", "c", "b", "a"])
+    session = session_over(target, info)
+    single: list[int] = []
+
+    def read(addr: int, size: int) -> bytes:
+        single.append(addr)
+        return target.read(addr, size)
+
+    layout = target.layout
+    session.codes = CodeCache(read, layout.code, layout.objects, TYPES, read_ranges=session._read_ranges)
+    stack, _ = capture(target, info, session._reader)
+    target.syscalls = 0
+    assert session.codes.decode_new(stack)
+    assert target.syscalls == 2 and single == []
+    (decoded, cut), _ = decode(target, stack, session.codes)
+    assert names_of(session.codes, decoded) == ["e", "d", "c", "b", "a"] and not cut
+    assert [session.codes.get(f.code).line(f.offset) for f in decoded] == [11, 21, 31, 41, 51]
+    assert session.codes.stats.decoded == 5
+
+    long_name = "x" * 300  # past the first read of its str (and of its file name, "<name>.py" here)
+    code = target.code(long_name, 7)
+    frame = target.frame(code, 0, position=1)
+    stack, _ = capture(target, target.thread_state(frame), session._reader)
+    target.syscalls = 0
+    session.codes.decode_new(stack)
+    assert target.syscalls == 2 and len(single) == 2  # the two scatter reads; the rest of each string
+    (decoded, _), _ = decode(target, stack, session.codes)
+    assert names_of(session.codes, decoded) == [long_name]
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 def test_reused_code_address_gets_a_new_key(target):
     info, frames = chain(target, ["c", "b", "a"])
     stack, _ = capture(target, info)

@@ -38,8 +38,9 @@ from agents.cpython.threads import ThreadStateInfo
 # second time. Every iovec here is a pair of u64s (iov_base, iov_len): the kernel's struct iovec on x86-64.
 from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
 
-if TYPE_CHECKING:  # capture.py imports this module
+if TYPE_CHECKING:  # capture.py (and through it code.py) imports this module
     from agents.cpython.capture import Wanted
+    from agents.cpython.code import HeaderCheck
 
 _U64 = struct.Struct("<Q")
 
@@ -100,7 +101,7 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean", "tid")
+    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean", "tid", "check")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
@@ -115,6 +116,8 @@ class ThreadSlot:
         #: <=3.10 the key is the pthread handle, which glibc gives a new thread when it hands it an exited
         #: thread's cached stack: a capture for another tid finds the slot stale (``CPythonSession``)
         self.tid = 0
+        #: the code objects its last settled snapshot met, and how to check them (``code.HeaderCheck``)
+        self.check: HeaderCheck | None = None
 
     def note(self, wanted: Wanted | None, missed: bool, unread: tuple[int, int] | None) -> None:
         """During the stop, or after a snapshot's walk: what the capture read, if its plan should change (the

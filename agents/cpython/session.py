@@ -30,7 +30,6 @@ from agents.cpython.code import SHIM_KEY, CodeCache
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
-from agents.cpython.plan import EMPTY_PLAN
 from agents.cpython.scatter import ScatterReader, ThreadSlot
 from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, walk_thread_states
@@ -64,7 +63,7 @@ class SessionStats:
     #: unmapped captures of a new thread whose state a walk after resume found: captured again at once
     remapped: int = 0
     #: snapshots captured again because a code object's header, read after resume, no longer held the
-    #: identity decoded (freed since the stop, or another object at its address: ``CodeCache.confirm``)
+    #: identity decoded (freed since the stop, or another object at its address: ``HeaderCheck``)
     code_changed: int = 0
 
 
@@ -207,7 +206,7 @@ class CPythonSession:
 
         Plans hold no code-object headers: the walk's code objects are identified here, after resume, from
         their headers read now with one ``process_vm_readv`` (``_identify_codes``), which is as sure as
-        the stop's own check of a known object (``CodeCache.confirm``). A code object not decoded yet, or
+        the stop's own check of a known object (``HeaderCheck``). A code object not decoded yet, or
         no longer under the identity decoded, needs a stop too: a new one must be decoded while its frame
         keeps it alive (``code.py``). The headers were most of a deep stack's snapshot: in a recording of
         pytest on 3.11 its median was 49 ranges, copied in 41 µs, and is 6 ranges and 16 µs without them."""
@@ -239,7 +238,7 @@ class CPythonSession:
             # stop finds it past them (``ChainCopier._check_enclosing``)
             self.stats.entering += 1
             return RECAPTURE
-        confirmed = None if missed else self._identify_codes(out.late_codes)
+        confirmed = None if missed else self._identify_codes(data, out.late_codes)
         if confirmed is None or not self.codes.decode_new(out, decode=False):  # known code objects only
             self.stats.recaptured += 1
             return RECAPTURE
@@ -258,22 +257,25 @@ class CPythonSession:
         view = reader.view
         return [bytes(view[off : off + size]) if off >= 0 else b"" for off, (_, size) in zip(offsets, ranges)]
 
-    def _identify_codes(self, codes: list[int]) -> dict[int, int] | None:
+    def _identify_codes(self, slot: ThreadSlot, codes: list[int]) -> dict[int, int] | None:
         """After resume: the keys of the code objects a snapshot's walk met (``codes``, those whose headers
         the snapshot does not hold), from their headers read now with one ``process_vm_readv``; None
-        unless each is one the code cache knows, still under the identity decoded (``CodeCache.confirm``).
-        Nothing is read for a code object not decoded yet (its capture must be made in a stop)."""
+        unless each is one the code cache knows, still under the identity decoded (``HeaderCheck``, kept
+        in the thread's slot while its stack runs the same code objects). Nothing is read for a code object
+        not decoded yet (its capture must be made in a stop)."""
         if not codes:
             return {}
-        entries = self.codes.known(codes)
-        if entries is None:
-            return None
+        check = slot.check
+        if check is None or check.codes != codes or check.version != self.codes.version:
+            check = slot.check = self.codes.header_check(codes, self._copier.code_size)
+            if check is None:
+                return None
         reader = self._reader
-        reader.begin(EMPTY_PLAN)
-        if not self.codes.confirm(entries, reader.view, reader.read_many(codes, self._copier.code_size)):
+        reader.begin(check.plan)
+        if reader.done < check.plan.count or not check.holds(reader.view):
             self.stats.code_changed += 1
             return None
-        return {code: entry.key for code, entry in zip(codes, entries)}
+        return check.keys
 
     # --- after resume ---------------------------------------------------------------------------------
 

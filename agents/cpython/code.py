@@ -51,7 +51,7 @@ from agents.cpython.capture import StackCapture
 from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
 from agents.cpython.linetable import LineTable, decode
 from agents.cpython.memory import Read, ReadRanges, i64, plausible
-from agents.cpython.plan import ReadPlan
+from agents.cpython.plan import IOV_MAX, ReadPlan
 from agents.cpython.strings import BYTES_FIRST_READ, STR_FIRST_READ, read_bytes, read_str
 
 GENERATION_SHIFT = 48
@@ -122,20 +122,24 @@ class _Prefetched:
 
 class HeaderCheck:
     """The code objects a thread's snapshot met, checked as one after each resume (``CPythonSession.settle``):
-    a plan that reads their headers with one ``process_vm_readv``, and the identities and keys the cache
+    plans that read their headers with one ``process_vm_readv`` each (``plan.IOV_MAX`` headers a plan: a
+    stack of more distinct code objects takes several), and the identities and keys the cache
     decoded for them. A thread keeps its check while its stack runs the same code objects and the cache has
     decoded nothing new; a check is then that read, two ``unpack_from`` and one tuple comparison, where a
     lookup, an unpack and a comparison per code object cost nprof ~12 us more per sample on a 5-frame
     chain (3.12, flat out)."""
 
-    __slots__ = ("codes", "version", "plan", "keys", "_idents", "_refcnts", "_expected")
+    __slots__ = ("codes", "version", "plans", "keys", "_idents", "_refcnts", "_expected")
 
     def __init__(
         self, codes: list[int], entries: list[CodeInfo], ident: struct.Struct, size: int, version: int
     ) -> None:
         self.codes = codes
         self.version = version  #: ``CodeCache.version`` when made: a newer cache may hold newer entries
-        self.plan = ReadPlan([(code, size) for code in codes], {})  #: the headers, ``size`` bytes apart
+        #: the headers, ``size`` bytes apart once read one plan after another
+        self.plans = [
+            ReadPlan([(code, size) for code in codes[i : i + IOV_MAX]], {}) for i in range(0, len(codes), IOV_MAX)
+        ]
         self.keys = {code: entry.key for code, entry in zip(codes, entries)}
         pad = f"{size - ident.size}x" if size > ident.size else ""
         self._idents = struct.Struct("<" + (ident.format[1:] + pad) * len(codes))
@@ -143,7 +147,7 @@ class HeaderCheck:
         self._expected = tuple(value for entry in entries for value in entry.ident)
 
     def holds(self, view: bytes | memoryview) -> bool:
-        """Whether the headers ``plan`` read into the start of ``view`` still show the identities decoded,
+        """Whether the headers ``plans`` read into the start of ``view`` still show the identities decoded,
         of objects that look alive (the module's docstring says why that settles what the stop saw); False:
         the capture must be made in a stop."""
         if self._idents.unpack_from(view) != self._expected:

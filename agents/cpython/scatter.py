@@ -209,6 +209,20 @@ class ScatterReader:
         self.plan = EMPTY_PLAN
         self.frozen = False
 
+    def fetch(self, plans: list[ReadPlan]) -> bool:
+        """After resume: copy each plan's ranges, one plan after another from the buffer's start (the
+        reader's capture is over); False unless every range was copied whole."""
+        self.view = self._own_view
+        offset = 0
+        for plan in plans:
+            if offset + plan.total > len(self.buffer):
+                return False
+            self._local[0] = self.base + offset
+            if plan.copy(self.pid, self._local) < plan.count:
+                return False
+            offset += plan.total
+        return True
+
     def unread_range(self) -> tuple[int, int] | None:
         """The planned range the last ``begin`` stopped at, unreadable now (the kernel stops at the first
         remote iovec that faults, so the ones after it were not tried); None if the whole plan was read."""
@@ -289,5 +303,5 @@ class ScatterReader:
             for j in range(complete):
                 out[start + j] = offset + ends[j] - chunk[j][1]
             self.tail = offset + (ends[complete - 1] if complete else 0)
-            start += complete + 1
+            start += complete if complete == len(chunk) else complete + 1  # past the one that faulted
         return out

@@ -79,6 +79,8 @@ class FakeTarget:
 
     def readv(self, pid, local, nlocal, remote, nremote, flags) -> int:
         self.syscalls += 1
+        if nremote > plan.IOV_MAX:
+            return -1  # EINVAL, as the kernel answers more than UIO_MAXIOV iovecs
         dest_base = _iovecs(local, 1)[0][0]
         done = 0
         for base, size in _iovecs(remote, nremote):
@@ -800,6 +802,27 @@ def test_a_snapshots_code_objects_are_identified_after_resume(target, case):
     assert isinstance(settled, StackCapture) and session._slots[TID].check is not check
     (decoded, _), _ = decode(target, settled, session.codes)
     assert session.codes.get(decoded[1].code).firstlineno == 71
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_a_stack_of_more_code_objects_than_one_read_takes_settles(target):
+    """One ``process_vm_readv`` takes at most ``IOV_MAX`` ranges: the headers of a stack running more
+    distinct code objects than that are read in as many reads as it takes, and the snapshot settles (as
+    does the first capture, in its stop)."""
+    names = [f"f{i}" for i in range(plan.IOV_MAX + 40)]
+    codes = [target.code(name, 10) for name in names]
+    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # frames apart: no range holds a header
+    frame = 0
+    for code in reversed(codes):
+        frame = target.frame(code, frame, position=1)
+    info = target.thread_state(frame)
+    session = session_over(target, info)
+    planned(session, target)
+    target.syscalls = 0
+    settled = session.settle(session.snapshot(TID, REGS))
+    assert isinstance(settled, StackCapture) and target.syscalls == 3  # the snapshot, two of headers
+    (decoded, cut), _ = decode(target, settled, session.codes)
+    assert names_of(session.codes, decoded) == names and not cut
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)

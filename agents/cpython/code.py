@@ -44,6 +44,8 @@ one address, which would merge only frames that far apart.
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import struct
 from dataclasses import dataclass
 
@@ -51,7 +53,7 @@ from agents.cpython.capture import StackCapture
 from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
 from agents.cpython.linetable import LineTable, decode
 from agents.cpython.memory import Read, ReadRanges, i64, plausible
-from agents.cpython.plan import IOV_MAX, ReadPlan
+from agents.cpython.plan import IOV_MAX
 from agents.cpython.strings import BYTES_FIRST_READ, STR_FIRST_READ, read_bytes, read_str
 
 GENERATION_SHIFT = 48
@@ -122,34 +124,42 @@ class _Prefetched:
 
 class HeaderCheck:
     """The code objects a thread's snapshot met, checked as one after each resume (``CPythonSession.settle``):
-    plans that read their headers with one ``process_vm_readv`` each (``plan.IOV_MAX`` headers a plan: a
-    stack of more distinct code objects takes several), and the identities and keys the cache
-    decoded for them. A thread keeps its check while its stack runs the same code objects and the cache has
-    decoded nothing new; a check is then that read, two ``unpack_from`` and one tuple comparison, where a
-    lookup, an unpack and a comparison per code object cost nprof ~12 us more per sample on a 5-frame
-    chain (3.12, flat out)."""
+    the iovecs that read their headers (one ``process_vm_readv`` per ``plan.IOV_MAX`` of them), and the
+    identities and keys the cache decoded for them. A thread keeps its check while its stack runs the same
+    code objects and the cache has decoded nothing new; a check is then that read, two ``unpack_from`` and
+    one tuple comparison, where a lookup, an unpack and a comparison per code object cost nprof ~12 us more
+    per sample on a 5-frame chain (3.12, flat out). Making one is a few list operations: the structs are
+    the cache's, one pair per count of code objects (``CodeCache.header_check``)."""
 
-    __slots__ = ("codes", "version", "plans", "keys", "_idents", "_refcnts", "_expected")
+    __slots__ = ("codes", "version", "size", "iovecs", "keys", "_idents", "_refcnts", "_expected")
 
     def __init__(
-        self, codes: list[int], entries: list[CodeInfo], ident: struct.Struct, size: int, version: int
+        self,
+        codes: list[int],
+        entries: list[CodeInfo],
+        structs: tuple[struct.Struct, struct.Struct],
+        size: int,
+        version: int,
     ) -> None:
         self.codes = codes
         self.version = version  #: ``CodeCache.version`` when made: a newer cache may hold newer entries
-        #: the headers, ``size`` bytes apart once read one plan after another
-        self.plans = [
-            ReadPlan([(code, size) for code in codes[i : i + IOV_MAX]], {}) for i in range(0, len(codes), IOV_MAX)
-        ]
-        self.keys = {code: entry.key for code, entry in zip(codes, entries)}
-        pad = f"{size - ident.size}x" if size > ident.size else ""
-        self._idents = struct.Struct("<" + (ident.format[1:] + pad) * len(codes))
-        self._refcnts = struct.Struct("<" + f"q{size - 8}x" * len(codes))  # ob_refcnt, at +0
-        self._expected = tuple(value for entry in entries for value in entry.ident)
+        self.size = size  #: bytes read of each header; they land ``size`` apart
+        #: (remote iovecs as u64 pairs, their count) per batch of at most IOV_MAX headers
+        self.iovecs: list[tuple[ctypes.Array, int]] = []
+        for first in range(0, len(codes), IOV_MAX):
+            batch = codes[first : first + IOV_MAX]
+            iovecs = (ctypes.c_uint64 * (2 * len(batch)))()
+            iovecs[0::2] = batch
+            iovecs[1::2] = [size] * len(batch)
+            self.iovecs.append((iovecs, len(batch)))
+        self.keys = dict(zip(codes, [entry.key for entry in entries]))
+        self._idents, self._refcnts = structs
+        self._expected = tuple(itertools.chain.from_iterable([entry.ident for entry in entries]))
 
     def holds(self, view: bytes | memoryview) -> bool:
-        """Whether the headers ``plans`` read into the start of ``view`` still show the identities decoded,
-        of objects that look alive (the module's docstring says why that settles what the stop saw); False:
-        the capture must be made in a stop."""
+        """Whether the headers read into the start of ``view`` (``ScatterReader.fetch``) still show the
+        identities decoded, of objects that look alive (the module's docstring says why that settles what
+        the stop saw); False: the capture must be made in a stop."""
         if self._idents.unpack_from(view) != self._expected:
             return False
         refcnts = self._refcnts.unpack_from(view)
@@ -190,6 +200,8 @@ class CodeCache:
         self.by_key: dict[int, CodeInfo] = {}
         self._generation: dict[int, int] = {}
         self.version = 0  #: code objects registered so far (``HeaderCheck``)
+        #: (identities, refcounts) structs of a ``HeaderCheck``, by (count of code objects, header size)
+        self._check_structs: dict[tuple[int, int], tuple[struct.Struct, struct.Struct]] = {}
         self.stats = CodeStats()
 
     def identify(self, addr: int, raw: bytes | memoryview, offset: int, decode: bool = True) -> int | None:
@@ -220,7 +232,16 @@ class CodeCache:
         """A ``HeaderCheck`` of the code objects at ``codes`` (headers read ``size`` bytes each); None if one
         was never decoded."""
         entries = self.known(codes)
-        return None if entries is None else HeaderCheck(codes, entries, self._ident, size, self.version)
+        if entries is None:
+            return None
+        structs = self._check_structs.get((len(codes), size))
+        if structs is None:
+            pad = f"{size - self._ident.size}x" if size > self._ident.size else ""
+            structs = self._check_structs[len(codes), size] = (
+                struct.Struct("<" + (self._ident.format[1:] + pad) * len(codes)),  # the identities
+                struct.Struct("<" + f"q{size - 8}x" * len(codes)),  # ob_refcnt, at +0
+            )
+        return HeaderCheck(codes, entries, structs, size, self.version)
 
     def decode_new(self, capture: StackCapture, decode: bool = True) -> bool:
         """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code

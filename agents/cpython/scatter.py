@@ -209,18 +209,21 @@ class ScatterReader:
         self.plan = EMPTY_PLAN
         self.frozen = False
 
-    def fetch(self, plans: list[ReadPlan]) -> bool:
-        """After resume: copy each plan's ranges, one plan after another from the buffer's start (the
-        reader's capture is over); False unless every range was copied whole."""
+    def fetch(self, iovecs: list[tuple[ctypes.Array, int]], size: int) -> bool:
+        """After resume (the reader's capture is over): copy ranges of ``size`` bytes each to the buffer's
+        start, ``size`` apart, one ``process_vm_readv`` per batch of (remote iovecs as u64 pairs, their
+        count) (``code.HeaderCheck``); False unless every range was copied whole."""
         self.view = self._own_view
         offset = 0
-        for plan in plans:
-            if offset + plan.total > len(self.buffer):
+        for remote, count in iovecs:
+            total = count * size
+            if offset + total > len(self.buffer):
                 return False
             self._local[0] = self.base + offset
-            if plan.copy(self.pid, self._local) < plan.count:
+            self._local[1] = total
+            if process_vm_readv(self.pid, self._local, 1, remote, count, 0) != total:
                 return False
-            offset += plan.total
+            offset += total
         return True
 
     def unread_range(self) -> tuple[int, int] | None:

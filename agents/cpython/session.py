@@ -271,7 +271,7 @@ class CPythonSession:
             if check is None:
                 return None
         reader = self._reader
-        if not reader.fetch(check.plans) or not check.holds(reader.view):
+        if not reader.fetch(check.iovecs, check.size) or not check.holds(reader.view):
             self.stats.code_changed += 1
             return None
         return check.keys

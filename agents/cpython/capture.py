@@ -343,8 +343,8 @@ class ChainCopier:
             out.append((addr, 0 if flags in shims else v[i_code] & mask, v[i_instr], flags))
         return out
 
-    def _copy_headers(self, reader: ScatterReader, out: StackCapture) -> list[int]:
-        """Copy the identity header of each distinct code object on the stack; returns those objects.
+    def _copy_headers(self, reader: ScatterReader, out: StackCapture) -> None:
+        """Copy the identity header of each distinct code object on the stack.
 
         The headers stay where the reads put them: ``out.raw`` is a view of the buffer (no copy during the
         stop; it is read before the reader's next capture) and ``out.code_headers[code]`` each one's offset
@@ -366,6 +366,5 @@ class ChainCopier:
             if reader.frozen:
                 out.late_codes = missing
             else:
-                headers.update(zip(missing, reader.read_many(missing, csize)))
+                headers.update(zip(missing, reader.read_ranges([(code, csize) for code in missing])))
         out.raw = reader.view[: reader.tail]
-        return [code for code, off in headers.items() if off >= 0] + out.late_codes

@@ -170,7 +170,7 @@ class ScatterReader:
         #: unreadable, and counted as a miss. For a walk over bytes copied earlier while the thread runs.
         self.frozen = False
         # iovecs as u64 pairs (iov_base, iov_len), as in ReadPlan: the destination in the buffer, one range
-        # of the target, and a batch of ranges (``read_many``)
+        # of the target, and a batch of ranges (``read_ranges``)
         self._local = (ctypes.c_uint64 * 2)(self.base, 0)
         self._remote = (ctypes.c_uint64 * 2)()
         self._batch = (ctypes.c_uint64 * (2 * IOV_MAX))()
@@ -273,10 +273,6 @@ class ScatterReader:
         self._window = (start, start + n, offset)
         self.tail = offset + n
         return offset + addr - start
-
-    def read_many(self, addrs: list[int], size: int) -> list[int]:
-        """``read_ranges`` of ``size`` bytes at each of ``addrs`` (code headers)."""
-        return self.read_ranges([(addr, size) for addr in addrs])
 
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[int]:
         """Read independent ranges (code headers, the first bytes of a new code object's strings) with one

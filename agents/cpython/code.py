@@ -26,15 +26,8 @@ capture (``StackCapture.code_keys``), so decoding after resume neither reads the
 object up again. ``_decode_all`` still re-reads the header after the strings, as a guard against a pointer that
 was not a live code object at all.
 
-A snapshot (``scatter.py``) holds no code-object headers: they were most of its ranges, one each, where a
-3.11+ frame chain is one or two. ``CPythonSession.settle`` reads them after resume instead, and keeps the
-known keys only if each header read then still holds the known identity, and the object looks alive
-(``HeaderCheck``). That is as certain as the check during a stop. The object the frame ran at the stop
-wrote its identity at that address when it was made, before the stop. If that identity was not the known
-one, then the known bytes can be there now only if a code object made at the same address since had the
-known identity. Telling those apart is beyond the stop's own check as well (and impossible on 3.12+, where
-``co_version`` differs). A code object the cache does not know, or that no longer holds the known identity,
-still needs a stop (``settle`` asks for one).
+A snapshot (``scatter.py``) holds no code-object headers: ``code_check.py`` checks its code objects against
+this cache after resume, and says why that is as certain as the check during a stop.
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
@@ -44,16 +37,13 @@ one address, which would merge only frames that far apart.
 
 from __future__ import annotations
 
-import ctypes
-import itertools
 import struct
 from dataclasses import dataclass
 
 from agents.cpython.capture import StackCapture
 from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
 from agents.cpython.linetable import LineTable, decode
-from agents.cpython.memory import Read, ReadRanges, i64, plausible
-from agents.cpython.plan import IOV_MAX
+from agents.cpython.memory import Prefetched, Read, ReadRanges, i64, plausible
 from agents.cpython.strings import BYTES_FIRST_READ, STR_FIRST_READ, read_bytes, read_str
 
 GENERATION_SHIFT = 48
@@ -105,67 +95,6 @@ class CodeStats:
     unreadable: int = 0  #: a code object's strings or line table could not be read
 
 
-class _Prefetched:
-    """A ``Read`` that serves reads at the addresses one scatter read fetched, as far as it fetched them, and
-    reads anything else from the target."""
-
-    __slots__ = ("_heads", "_read")
-
-    def __init__(self, heads: dict[int, bytes], read: Read) -> None:
-        self._heads = heads
-        self._read = read
-
-    def __call__(self, addr: int, size: int) -> bytes:
-        head = self._heads.get(addr)
-        if head is not None and size <= len(head):
-            return head[:size]
-        return self._read(addr, size)
-
-
-class HeaderCheck:
-    """The code objects a thread's snapshot met, checked as one after each resume (``CPythonSession.settle``):
-    the iovecs that read their headers (one ``process_vm_readv`` per ``plan.IOV_MAX`` of them), and the
-    identities and keys the cache decoded for them. A thread keeps its check while its stack runs the same
-    code objects and the cache has decoded nothing new; a check is then that read, two ``unpack_from`` and
-    one tuple comparison, where a lookup, an unpack and a comparison per code object cost nprof ~12 us more
-    per sample on a 5-frame chain (3.12, flat out). Making one is a few list operations: the structs are
-    the cache's, one pair per count of code objects (``CodeCache.header_check``)."""
-
-    __slots__ = ("codes", "version", "size", "iovecs", "keys", "_idents", "_refcnts", "_expected")
-
-    def __init__(
-        self,
-        codes: list[int],
-        entries: list[CodeInfo],
-        structs: tuple[struct.Struct, struct.Struct],
-        size: int,
-        version: int,
-    ) -> None:
-        self.codes = codes
-        self.version = version  #: ``CodeCache.version`` when made: a newer cache may hold newer entries
-        self.size = size  #: bytes read of each header; they land ``size`` apart
-        #: (remote iovecs as u64 pairs, their count) per batch of at most IOV_MAX headers
-        self.iovecs: list[tuple[ctypes.Array, int]] = []
-        for first in range(0, len(codes), IOV_MAX):
-            batch = codes[first : first + IOV_MAX]
-            iovecs = (ctypes.c_uint64 * (2 * len(batch)))()
-            iovecs[0::2] = batch
-            iovecs[1::2] = [size] * len(batch)
-            self.iovecs.append((iovecs, len(batch)))
-        self.keys = dict(zip(codes, [entry.key for entry in entries]))
-        self._idents, self._refcnts = structs
-        self._expected = tuple(itertools.chain.from_iterable([entry.ident for entry in entries]))
-
-    def holds(self, view: bytes | memoryview) -> bool:
-        """Whether the headers read into the start of ``view`` (``ScatterReader.fetch``) still show the
-        identities decoded, of objects that look alive (the module's docstring says why that settles what
-        the stop saw); False: the capture must be made in a stop."""
-        if self._idents.unpack_from(view) != self._expected:
-            return False
-        refcnts = self._refcnts.unpack_from(view)
-        return 0 < min(refcnts) and max(refcnts) < MAX_LIVE_REFCNT
-
-
 class CodeCache:
     """Decoded code objects by address (current occupant) and by key (every occupant ever seen)."""
 
@@ -199,9 +128,7 @@ class CodeCache:
         self._by_addr: dict[int, CodeInfo] = {}
         self.by_key: dict[int, CodeInfo] = {}
         self._generation: dict[int, int] = {}
-        self.version = 0  #: code objects registered so far (``HeaderCheck``)
-        #: (identities, refcounts) structs of a ``HeaderCheck``, by (count of code objects, header size)
-        self._check_structs: dict[tuple[int, int], tuple[struct.Struct, struct.Struct]] = {}
+        self.version = 0  #: code objects registered so far (``code_check.HeaderCheck``)
         self.stats = CodeStats()
 
     def identify(self, addr: int, raw: bytes | memoryview, offset: int, decode: bool = True) -> int | None:
@@ -222,26 +149,16 @@ class CodeCache:
             return UNDECODED
         return self._decode_all({addr: ident})[addr]
 
-    def known(self, codes: list[int]) -> list[CodeInfo] | None:
+    @property
+    def identity(self) -> struct.Struct:
+        """The struct of a code object's identity fields, from its header's start (``code_check.py``)."""
+        return self._ident
+
+    def entries_at(self, codes: list[int]) -> list[CodeInfo] | None:
         """The cache's entries for the code objects at ``codes``; None if one was never decoded."""
         get = self._by_addr.get
         entries = [get(code) for code in codes]
         return None if None in entries else entries  # type: ignore[return-value]
-
-    def header_check(self, codes: list[int], size: int) -> HeaderCheck | None:
-        """A ``HeaderCheck`` of the code objects at ``codes`` (headers read ``size`` bytes each); None if one
-        was never decoded."""
-        entries = self.known(codes)
-        if entries is None:
-            return None
-        structs = self._check_structs.get((len(codes), size))
-        if structs is None:
-            pad = f"{size - self._ident.size}x" if size > self._ident.size else ""
-            structs = self._check_structs[len(codes), size] = (
-                struct.Struct("<" + (self._ident.format[1:] + pad) * len(codes)),  # the identities
-                struct.Struct("<" + f"q{size - 8}x" * len(codes)),  # ob_refcnt, at +0
-            )
-        return HeaderCheck(codes, entries, structs, size, self.version)
 
     def decode_new(self, capture: StackCapture, decode: bool = True) -> bool:
         """During the stop: settle each code pointer's key in ``capture.code_keys``, decoding the code
@@ -288,7 +205,7 @@ class CodeCache:
             for ptr, head in zip((ident[name_field], ident[f["filename"]], ident[f["linetable"]]), heads)
             if plausible(ptr)
         ]
-        read = _Prefetched(dict(zip((ptr for ptr, _ in wanted), self._read_ranges(wanted))), self._read)
+        read = Prefetched(dict(zip((ptr for ptr, _ in wanted), self._read_ranges(wanted))), self._read)
         strings = {addr: self._strings(read, ident, name_field) for addr, ident in new.items()}
         readable = [addr for addr, found in strings.items() if found is not None]
         again = dict(zip(readable, self._read_ranges([(addr, size) for addr in readable])))

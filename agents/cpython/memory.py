@@ -34,6 +34,23 @@ def plausible(ptr: int, align: int = OBJECT_ALIGN) -> bool:
     return 4096 <= ptr < USER_LIMIT and ptr % align == 0
 
 
+class Prefetched:
+    """A ``Read`` that serves reads at the addresses one scatter read fetched, as far as it fetched them, and
+    reads anything else with ``read``."""
+
+    __slots__ = ("_heads", "_read")
+
+    def __init__(self, heads: dict[int, bytes], read: Read) -> None:
+        self._heads = heads
+        self._read = read
+
+    def __call__(self, addr: int, size: int) -> bytes:
+        head = self._heads.get(addr)
+        if head is not None and size <= len(head):
+            return head[:size]
+        return self._read(addr, size)
+
+
 def read_exact(read: Read, addr: int, size: int) -> bytes | None:
     """``size`` bytes at ``addr``, or None if the pointer is implausible or any byte is unreadable."""
     if size <= 0 or not 4096 <= addr < USER_LIMIT:

@@ -107,6 +107,37 @@ class ReadPlan:
 EMPTY_PLAN = ReadPlan([], {})
 
 
+class FixedRanges:
+    """Ranges of one size, copied together to consecutive places (the headers of the code objects a thread's
+    snapshots meet, read after resume: ``code_check.HeaderCheck``): their iovecs, built once, in batches of
+    IOV_MAX, the most one ``process_vm_readv`` accepts."""
+
+    __slots__ = ("size", "total", "_batches")
+
+    def __init__(self, addrs: list[int], size: int) -> None:
+        self.size = size
+        self.total = size * len(addrs)  #: bytes copied in all; range i lands at ``i * size``
+        self._batches: list[tuple[ctypes.Array, int]] = []  #: (remote iovecs as u64 pairs, their count)
+        for first in range(0, len(addrs), IOV_MAX):
+            batch = addrs[first : first + IOV_MAX]
+            remote = (ctypes.c_uint64 * (2 * len(batch)))()
+            remote[0::2] = batch
+            remote[1::2] = [size] * len(batch)
+            self._batches.append((remote, len(batch)))
+
+    def copy(self, pid: int, local: ctypes.Array, base: int) -> bool:
+        """Copy every range to ``base`` on, one ``process_vm_readv`` per batch (``local``: one iovec as a u64
+        pair); False unless every range was copied whole."""
+        for remote, count in self._batches:
+            length = count * self.size
+            local[0] = base
+            local[1] = length
+            if process_vm_readv(pid, local, 1, remote, count, 0) != length:
+                return False
+            base += length
+        return True
+
+
 def build_plan(fixed: list[tuple[int, int]], rest: list[tuple[int, int]]) -> ReadPlan:
     """A plan for what a capture read: the ``fixed`` reads first and in order (the thread state and the
     like: they decide whether the rest is needed, so a fault in the tail cannot cost them), then the

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from agents.cpython.plan import (
     EMPTY_PLAN,
     IOV_MAX,
+    FixedRanges,
     SHRINK_AFTER,
     ReadPlan,
     build_plan,
@@ -40,7 +41,7 @@ from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
 
 if TYPE_CHECKING:  # capture.py (and through it code.py) imports this module
     from agents.cpython.capture import Wanted
-    from agents.cpython.code import HeaderCheck
+    from agents.cpython.code_check import HeaderCheck
 
 _U64 = struct.Struct("<Q")
 
@@ -116,7 +117,7 @@ class ThreadSlot:
         #: <=3.10 the key is the pthread handle, which glibc gives a new thread when it hands it an exited
         #: thread's cached stack: a capture for another tid finds the slot stale (``CPythonSession``)
         self.tid = 0
-        #: the code objects its last settled snapshot met, and how to check them (``code.HeaderCheck``)
+        #: the code objects its last settled snapshot met, and how to check them (``code_check.py``)
         self.check: HeaderCheck | None = None
 
     def note(self, wanted: Wanted | None, missed: bool, unread: tuple[int, int] | None) -> None:
@@ -209,22 +210,11 @@ class ScatterReader:
         self.plan = EMPTY_PLAN
         self.frozen = False
 
-    def fetch(self, iovecs: list[tuple[ctypes.Array, int]], size: int) -> bool:
-        """After resume (the reader's capture is over): copy ranges of ``size`` bytes each to the buffer's
-        start, ``size`` apart, one ``process_vm_readv`` per batch of (remote iovecs as u64 pairs, their
-        count) (``code.HeaderCheck``); False unless every range was copied whole."""
+    def fetch(self, ranges: FixedRanges) -> bool:
+        """After resume (the reader's capture is over): copy ``ranges`` to the buffer's start; False unless
+        every one was copied whole."""
         self.view = self._own_view
-        offset = 0
-        for remote, count in iovecs:
-            total = count * size
-            if offset + total > len(self.buffer):
-                return False
-            self._local[0] = self.base + offset
-            self._local[1] = total
-            if process_vm_readv(self.pid, self._local, 1, remote, count, 0) != total:
-                return False
-            offset += total
-        return True
+        return ranges.total <= len(self.buffer) and ranges.copy(self.pid, self._local, self.base)
 
     def unread_range(self) -> tuple[int, int] | None:
         """The planned range the last ``begin`` stopped at, unreadable now (the kernel stops at the first

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from agents.cpython.anchors import InterpreterFunctions
 from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, CodeCache
+from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
@@ -267,11 +268,11 @@ class CPythonSession:
             return {}
         check = slot.check
         if check is None or check.codes != codes or check.version != self.codes.version:
-            check = slot.check = self.codes.header_check(codes, self._copier.code_size)
+            check = slot.check = HeaderCheck.of(self.codes, codes, self._copier.code_size)
             if check is None:
                 return None
         reader = self._reader
-        if not reader.fetch(check.iovecs, check.size) or not check.holds(reader.view):
+        if not reader.fetch(check.reads) or not check.holds(reader.view):
             self.stats.code_changed += 1
             return None
         return check.keys

@@ -136,6 +136,14 @@ class CodeCache:
         None if it is not a code object (the caller truncates the stack there). A code object not seen
         before is decoded now, so call this during the stop only; with ``decode`` False it is not, and
         ``UNDECODED`` says so."""
+        found = self._lookup(addr, raw, offset)
+        if not isinstance(found, tuple):
+            return found
+        return self._decode_all({addr: found})[addr] if decode else UNDECODED
+
+    def _lookup(self, addr: int, raw: bytes | memoryview, offset: int) -> int | tuple[int, ...] | None:
+        """The key of the known code object whose header was captured at ``raw[offset:]``; None if it is not a
+        code object; its identity fields if it is one not decoded yet."""
         if offset < 0 or offset + self._ident.size > len(raw):
             return None
         ident = self._ident.unpack_from(raw, offset)
@@ -145,9 +153,7 @@ class CodeCache:
         if ident[self._i_type] != self._code_type:
             self.stats.not_code += 1
             return None
-        if not decode:
-            return UNDECODED
-        return self._decode_all({addr: ident})[addr]
+        return ident
 
     @property
     def identity(self) -> struct.Struct:
@@ -167,19 +173,19 @@ class CodeCache:
         frames run it (recursion, a loop of calls). ``decode`` False: known code objects only, nothing read
         (``CPythonSession.settle``, after resume); returns False if one was not known, and the capture must
         then be made in a stop."""
-        raw, identify = capture.raw, self.identify
+        raw, lookup = capture.raw, self._lookup
         keys: dict[int, int | None] = {}
         new: dict[int, tuple[int, ...]] = {}
         complete = True
         for code, offset in capture.code_headers.items():
-            key = identify(code, raw, offset, decode=False) if offset >= 0 else None
-            if key is UNDECODED:
-                key = None
+            found = lookup(code, raw, offset)
+            if isinstance(found, tuple):  # a code object not decoded yet
                 if decode:
-                    new[code] = self._ident.unpack_from(raw, offset)
+                    new[code] = found
                 else:
                     complete = False
-            keys[code] = key
+                found = None
+            keys[code] = found
         if new:
             keys.update(self._decode_all(new))
         capture.code_keys = keys

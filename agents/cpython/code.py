@@ -14,8 +14,9 @@ object could in theory match every identity field of a freed one at the same add
 tables also landed where the old one's were and it starts on the same line; nothing cheaper than reading
 the strings themselves during the stop would tell them apart.
 
-A code object seen for the first time is decoded **during the stop** (``session.capture`` calls
-``identify`` for it), the one moment its strings are certainly its own. Decoding after resume is not safe,
+A code object seen for the first time is decoded from bytes copied **during a stop** in which a frame runs
+it (``session.capture`` decodes it there; ``decode_copied``, after resume, from a snapshot's copy), the one
+moment its strings are certainly its own. Decoding from a read after resume is not safe,
 however it is checked: once the function is dropped, its strings are freed and reused by the next
 allocations, and a new code object may be allocated at the same address; while that successor is being
 initialised its header still holds the dead object's fields with a live refcount, so a re-read of the
@@ -27,7 +28,9 @@ object up again. ``_decode_all`` still re-reads the header after the strings, as
 was not a live code object at all.
 
 A snapshot (``scatter.py``) holds no code-object headers: ``code_check.py`` checks its code objects against
-this cache after resume, and says why that is as certain as the check during a stop.
+this cache after resume, and says why that is as certain as the check during a stop. A code object a
+snapshot met that the cache does not know is decoded from the next stop's copy of its header and strings,
+when that stop's walk still meets it (``decode_copied``; ``code_ahead.py`` says why that is as sure).
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
@@ -125,6 +128,7 @@ class CodeCache:
         self._ident, names = fields_struct(fields)
         self._field = {name: i for i, name in enumerate(names)}
         self._i_type = self._field["ob_type"]
+        self._i_name = self._field["qualname"] if "qualname" in self._field else self._field["name"]
         self._by_addr: dict[int, CodeInfo] = {}
         self.by_key: dict[int, CodeInfo] = {}
         self._generation: dict[int, int] = {}
@@ -136,14 +140,17 @@ class CodeCache:
         None if it is not a code object (the caller truncates the stack there). A code object not seen
         before is decoded now, so call this during the stop only; with ``decode`` False it is not, and
         ``UNDECODED`` says so."""
-        found = self._lookup(addr, raw, offset)
+        found = self.lookup(addr, raw, offset)
         if not isinstance(found, tuple):
             return found
         return self._decode_all({addr: found})[addr] if decode else UNDECODED
 
-    def _lookup(self, addr: int, raw: bytes | memoryview, offset: int) -> int | tuple[int, ...] | None:
+    def lookup(
+        self, addr: int, raw: bytes | memoryview, offset: int, counted: bool = True
+    ) -> int | tuple[int, ...] | None:
         """The key of the known code object whose header was captured at ``raw[offset:]``; None if it is not a
-        code object; its identity fields if it is one not decoded yet."""
+        code object (counted in ``stats.not_code`` unless not ``counted``: a header read after resume, of an
+        object that may have been freed since); its identity fields if it is one not decoded yet."""
         if offset < 0 or offset + self._ident.size > len(raw):
             return None
         ident = self._ident.unpack_from(raw, offset)
@@ -151,9 +158,19 @@ class CodeCache:
         if entry is not None and entry.ident == ident:
             return entry.key
         if ident[self._i_type] != self._code_type:
-            self.stats.not_code += 1
+            self.stats.not_code += counted
             return None
         return ident
+
+    def unknown(self, codes: list[int]) -> list[int]:
+        """The addresses in ``codes`` that hold no code object decoded yet."""
+        known = self._by_addr
+        return [code for code in codes if code not in known]
+
+    @property
+    def read(self) -> Read:
+        """The target's memory, read one range at a time (``code_ahead.py`` reads with it after resume)."""
+        return self._read
 
     @property
     def identity(self) -> struct.Struct:
@@ -173,7 +190,7 @@ class CodeCache:
         frames run it (recursion, a loop of calls). ``decode`` False: known code objects only, nothing read
         (``CPythonSession.settle``, after resume); returns False if one was not known, and the capture must
         then be made in a stop."""
-        raw, lookup = capture.raw, self._lookup
+        raw, lookup = capture.raw, self.lookup
         keys: dict[int, int | None] = {}
         new: dict[int, tuple[int, ...]] = {}
         complete = True
@@ -203,7 +220,7 @@ class CodeCache:
         at all; after resume, a freed one: seen here, a file name read back as the next loop iteration's
         "137")."""
         f, objects, size = self._field, self._objects, self._ident.size
-        name_field = f["qualname"] if "qualname" in f else f["name"]
+        name_field = self._i_name
         heads = (STR_FIRST_READ, STR_FIRST_READ, objects.bytes_data + BYTES_FIRST_READ)
         wanted = [
             (ptr, head)
@@ -212,7 +229,7 @@ class CodeCache:
             if plausible(ptr)
         ]
         read = Prefetched(dict(zip((ptr for ptr, _ in wanted), self._read_ranges(wanted))), self._read)
-        strings = {addr: self._strings(read, ident, name_field) for addr, ident in new.items()}
+        strings = {addr: self.strings_of(read, ident) for addr, ident in new.items()}
         readable = [addr for addr, found in strings.items() if found is not None]
         again = dict(zip(readable, self._read_ranges([(addr, size) for addr in readable])))
         keys: dict[int, int] = {}
@@ -222,25 +239,44 @@ class CodeCache:
                 self.stats.unreadable += 1
                 keys[addr] = UNKNOWN_KEY
                 continue
-            if addr in self._by_addr:
-                self.stats.reused_addresses += 1
-            generation = self._generation.get(addr, -1) + 1
-            self._generation[addr] = generation
-            key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
-            name, filename, table = found
-            info = CodeInfo(key, ident, name, filename, ident[f["firstlineno"]], table, self._code.linetable_format)
-            self._by_addr[addr] = info
-            self.by_key[key] = info
-            self.version += 1
-            self.stats.decoded += 1
-            keys[addr] = key
+            keys[addr] = self._register(addr, ident, found)
         return keys
 
-    def _strings(self, read: Read, ident: tuple[int, ...], name_field: int) -> tuple[str, str, bytes] | None:
+    def decode_copied(self, addr: int, read: Read) -> int | None:
+        """Decode the code object at ``addr`` from bytes copied during one stop (``read`` serves them, and
+        nothing else), in which a frame was seen running it (``code_ahead.py`` says why that is as sure as
+        decoding in the stop); its key, or None if they do not hold a live code object and its strings
+        whole. A code object already known under the identity copied keeps its key."""
+        header = read(addr, self._ident.size)
+        found = self.lookup(addr, header, 0)
+        if not isinstance(found, tuple):
+            return found
+        strings = self.strings_of(read, found)
+        if strings is None or not alive(header):
+            return None
+        return self._register(addr, found, strings)
+
+    def _register(self, addr: int, ident: tuple[int, ...], found: tuple[str, str, bytes]) -> int:
+        """Enter a decoded code object under a new key (the next generation of its address)."""
+        if addr in self._by_addr:
+            self.stats.reused_addresses += 1
+        generation = self._generation.get(addr, -1) + 1
+        self._generation[addr] = generation
+        key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
+        name, filename, table = found
+        firstlineno = ident[self._field["firstlineno"]]
+        info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format)
+        self._by_addr[addr] = info
+        self.by_key[key] = info
+        self.version += 1
+        self.stats.decoded += 1
+        return key
+
+    def strings_of(self, read: Read, ident: tuple[int, ...]) -> tuple[str, str, bytes] | None:
         """(name, file name, line table) of the code object whose identity is ``ident``; None if one of them
         cannot be read."""
         f, objects = self._field, self._objects
-        name = read_str(read, ident[name_field], objects, self._str_type)
+        name = read_str(read, ident[self._i_name], objects, self._str_type)
         filename = read_str(read, ident[f["filename"]], objects, self._str_type)
         table = read_bytes(read, ident[f["linetable"]], objects, self._bytes_type)
         if name is None or filename is None or table is None:

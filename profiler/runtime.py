@@ -40,7 +40,9 @@ class AgentSession(Protocol):
 
 
 #: What ``settle`` returns for a snapshot that did not hold everything: the engine stops the thread again
-#: and calls ``capture`` during that stop.
+#: and calls ``snapshot`` during that stop (the agent may copy more this time: what the settle found it
+#: lacked, where it can name it; or return None, and the engine calls ``capture`` in the same stop). A
+#: second snapshot that falls short too is followed by a third stop, which calls ``capture``.
 RECAPTURE = object()
 
 #: Optional ``AgentSession`` methods the engine uses when an agent has them:

@@ -9,7 +9,8 @@ that address when it was made, before the stop. If that identity was not the kno
 bytes can be there now only if a code object made at the same address since had the known identity.
 Telling those apart is beyond the stop's own check as well (and impossible on 3.12+, where ``co_version``
 differs). A code object the cache does not know, or that no longer holds the known identity, still needs a
-stop (``settle`` asks for one): a new one must be decoded while a frame keeps it alive.
+stop (``settle`` asks for one): a new one must be decoded from bytes copied while a frame keeps it alive
+(``code_ahead.py``).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
 
 if TYPE_CHECKING:  # capture.py (and through it code.py) imports this module
     from agents.cpython.capture import Wanted
+    from agents.cpython.code_ahead import CodeAhead
     from agents.cpython.code_check import HeaderCheck
 
 _U64 = struct.Struct("<Q")
@@ -102,7 +103,7 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean", "tid", "check")
+    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean", "tid", "check", "ahead", "walk_next")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
@@ -119,6 +120,10 @@ class ThreadSlot:
         self.tid = 0
         #: the code objects its last settled snapshot met, and how to check them (``code_check.py``)
         self.check: HeaderCheck | None = None
+        #: what the thread's next stop copies besides the plan: the new code objects its last snapshot met
+        self.ahead: CodeAhead | None = None
+        #: its last snapshot fell short of the chain: its next stop walks it (``CPythonSession.capture``)
+        self.walk_next = False
 
     def note(self, wanted: Wanted | None, missed: bool, unread: tuple[int, int] | None) -> None:
         """During the stop, or after a snapshot's walk: what the capture read, if its plan should change (the

@@ -6,8 +6,10 @@ The sampler calls, per tick:
   map, or periodically; and rebuilds the read plans captures left dirty. Never while a thread is stopped.
 * ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), then one
   ``process_vm_readv`` of the thread's read plan into its ``Snapshot``, and nothing else. After resume
-  ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short (the chain
-  grew past the plan, a code object is new), the sampler stops the thread again and calls ``capture``.
+  ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short, the sampler
+  stops the thread again and calls ``snapshot`` once more: the chain grew past the plan, and it returns
+  None (the hook calls ``capture``), or a code object is new, and it copies that too (``code_ahead.py``).
+  A second snapshot that falls short is followed by a third stop, which calls ``capture``.
 * ``capture(tid, regs)`` while the thread is stopped: the walk of ``capture.py`` through the thread's read
   plan, reading what the plan missed, and new code objects decoded. Returns a ``StackCapture``, or None for
   a thread without a Python thread state (a native thread: it is still profiled natively).
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from agents.cpython.anchors import InterpreterFunctions
 from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, CodeCache
+from agents.cpython.code_ahead import CodeAhead
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
@@ -66,6 +69,8 @@ class SessionStats:
     #: snapshots captured again because a code object's header, read after resume, no longer held the
     #: identity decoded (freed since the stop, or another object at its address: ``HeaderCheck``)
     code_changed: int = 0
+    #: code objects decoded from a second stop's copy of what a snapshot's walk met new (``code_ahead.py``)
+    decoded_ahead: int = 0
 
 
 class CPythonSession:
@@ -154,6 +159,7 @@ class CPythonSession:
             return unmapped
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
+        slot.ahead, slot.walk_next = None, False  # this walk decodes whatever it meets new
         reader = self._reader
         reader.begin(slot.plan)
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
@@ -182,13 +188,20 @@ class CPythonSession:
         """The least copy while the thread is stopped: the ranges its read plan names, into the thread's
         ``Snapshot``, with one ``process_vm_readv``; nothing is walked (``settle`` walks them after resume).
         Returns the thread's slot, or None when there is no plan to copy by (a thread not seen or not
-        captured before, a plan not rebuilt yet): the sampler calls ``capture`` in the same stop then."""
+        captured before, a plan not rebuilt yet, a chain the last snapshot found grown past its plan): the
+        sampler calls ``capture`` in the same stop then. When the thread's last snapshot met code objects
+        not decoded yet, a second ``process_vm_readv`` copies what their decode reads (``CodeAhead``)."""
         slot = self._bound_slot(tid if self._native_keys else regs.fs_base, tid)  # type: ignore[attr-defined]
-        if slot is None or slot.pending is not None or not slot.snap.take(self._reader.pid, tid, slot.plan):
+        if slot is None or slot.pending is not None or slot.walk_next:
+            return None
+        pid = self._reader.pid
+        if not slot.snap.take(pid, tid, slot.plan):
             return None
         if not self._copier.newest_frame_planned(slot.snap, slot.info):
             self.stats.newest_unplanned += 1
             return None  # captured in full in this stop, rather than in a second one after ``settle``
+        if slot.ahead is not None:
+            slot.ahead.take(pid, tid)  # new code objects its last snapshot met (``code_ahead.py``)
         return slot
 
     def settle(self, data: object) -> object:
@@ -200,17 +213,20 @@ class CPythonSession:
         A walk over a snapshot sees exactly what a walk during that stop would have seen, as long as it
         needs no byte outside the plan: every planned byte was copied in the stop. It needs more when the
         chain grew past the plan (a deeper stack, a new frame object). The sampler then stops the thread
-        again at once and calls ``capture``. Plans keep the ranges of earlier captures
-        (``plan.next_ranges``) and, on 3.11+, the rest of the newest frame's page (``ChainCopier.copy``),
-        so that is rare: 0-0.5% of the captures of a recursive fib(22) recorded at 1 kHz (3.8-3.13), none
-        of a steady chain.
+        again at once, and its ``snapshot`` hands the stop to ``capture``, which walks. Plans keep the
+        ranges of earlier captures (``plan.next_ranges``) and, on 3.11+, the rest of the newest frame's
+        page (``ChainCopier.copy``), so that is rare: 0-0.5% of the captures of a recursive fib(22)
+        recorded at 1 kHz (3.8-3.13), none of a steady chain.
 
         Plans hold no code-object headers: the walk's code objects are identified here, after resume, from
         their headers read now with one ``process_vm_readv`` (``_identify_codes``), which is as sure as
         the stop's own check of a known object (``HeaderCheck``). A code object not decoded yet, or
-        no longer under the identity decoded, needs a stop too: a new one must be decoded while its frame
-        keeps it alive (``code.py``). The headers were most of a deep stack's snapshot: in a recording of
-        pytest on 3.11 its median was 49 ranges, copied in 41 µs, and is 6 ranges and 16 µs without them."""
+        no longer under the identity decoded, needs a stop too: a new one must be decoded from bytes copied
+        while its frame keeps it alive (``code.py``). Its header and strings are read once now, to learn
+        their ranges, and the next stop's snapshot copies them again: its settle decodes from that copy
+        the code objects its walk meets (``code_ahead.py``). The headers were most of a deep stack's
+        snapshot: in a recording of pytest on 3.11 its median was 49 ranges, copied in 41 µs, and is 6
+        ranges and 16 µs without them."""
         if not isinstance(data, ThreadSlot):
             if not isinstance(data, StackCapture):
                 return data
@@ -228,6 +244,7 @@ class CPythonSession:
                     return RECAPTURE
             return data
         snap, reader = data.snap, self._reader
+        ahead, data.ahead = data.ahead, None
         reader.replay(snap)
         try:
             out, wanted = self._copier.copy(reader, snap.tid, data.key, data.info)
@@ -239,9 +256,18 @@ class CPythonSession:
             # stop finds it past them (``ChainCopier._check_enclosing``)
             self.stats.entering += 1
             return RECAPTURE
-        confirmed = None if missed else self._identify_codes(data, out.late_codes)
-        if confirmed is None or not self.codes.decode_new(out, decode=False):  # known code objects only
+        if missed:
             self.stats.recaptured += 1
+            data.walk_next = True  # the chain grew past the plan: the next stop walks it
+            return RECAPTURE
+        if ahead is not None and out.late_codes:
+            self.stats.decoded_ahead += ahead.decode(self.codes, out.late_codes)
+        confirmed = self._identify_codes(data, out.late_codes)
+        if confirmed is None or not self.codes.decode_new(out, decode=False):  # known code objects only
+            # a code object not decoded yet, or no longer the one decoded: the next stop copies it too
+            self.stats.recaptured += 1
+            data.ahead = CodeAhead.of(self.codes, self._met(out))
+            data.walk_next = data.ahead is None
             return RECAPTURE
         out.code_keys.update(confirmed)
         self.stats.snapshots += 1
@@ -249,6 +275,12 @@ class CPythonSession:
         if out.status == CaptureStatus.STALE:
             self.walks.lost(snap.tid)
         return out
+
+    def _met(self, out: StackCapture) -> list[int]:
+        """The code objects a snapshot's walk met that may need decoding: those the cache does not know; if
+        it knows them all, one of them changed (``SessionStats.code_changed``): all of them."""
+        codes = [code for code, offset in out.code_headers.items() if offset != -2]
+        return self.codes.unknown(codes) or codes
 
     def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The code cache's reads of several ranges during a stop (``CodeCache._decode_all``): one scatter

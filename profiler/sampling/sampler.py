@@ -27,7 +27,7 @@ from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.timer import Timer
 from profiler.target.procfs import read_comm
-from profiler.target.capture import Capture, ThreadRecord
+from profiler.target.capture import AgentCapture, Capture, ThreadRecord
 from profiler.target.tracer import Tracer
 
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
@@ -171,9 +171,10 @@ class Sampler:
                     due.append(record)
         native, window = self.config.native, self._window
         # During the stops the agents copy what they can name in advance (``agent_snapshot``); each copy is
-        # settled after resume, and a thread whose copy fell short is stopped again and captured in full.
-        # Late stops (after the window) are captured in full: they are recorded at the next tick. Without
-        # any agent the stops call no hook at all.
+        # settled after resume. A thread whose copy fell short is stopped again, and the agent copies what
+        # the settle found missing as well (``runtime.RECAPTURE``); one that falls short again is stopped a
+        # third time and captured in full. Late stops (after the window) are captured in full: they are
+        # recorded at the next tick. Without any agent the stops call no hook at all.
         first, full = (self.agent_snapshot, self.agent_capture) if self.processes.any_agent else (None, None)
         captures = tracer.capture(due, copy_stack=native, agent_capture=first, window=window,
                                   late_agent_capture=full)  # fmt: skip
@@ -185,11 +186,7 @@ class Sampler:
         again = self._record_all(captures, settle=first is not None)
         stopped = len(captures)
         if again:
-            self.priority.realtime()
-            captures = tracer.capture(again, copy_stack=native, agent_capture=full, window=window)
-            self.priority.after_stops()
-            self._record_all(captures, settle=False)
-            stopped += len(captures)
+            stopped += self._capture_again(again, first, full)
         now = time.monotonic()
         if now >= self._next_sync:
             self.priority.normal()
@@ -200,6 +197,26 @@ class Sampler:
             if target.refresh is not None and pid in live:
                 self.agent_calls.between_ticks(target.refresh, "agent_refresh_errors")
         return Tick(self.ticks, now - self.started, stopped, reused)
+
+    def _capture_again(
+        self, threads: list[ThreadRecord], first: AgentCapture | None, full: AgentCapture | None
+    ) -> int:
+        """Stop again the ``threads`` whose snapshots fell short, each at once after the tick's settles: the
+        agent's snapshot hook first (it copies what the settle found missing, or hands the stop to its
+        capture), settled after resume; those that fall short again are stopped a third time and captured
+        in full (``runtime.RECAPTURE``). Returns how many stops were made."""
+        stopped = 0
+        native, window = self.config.native, self._window
+        for hook, settle in ((first, True), (full, False)):
+            self.priority.realtime()
+            captures = self.tracer.capture(threads, copy_stack=native, agent_capture=hook, window=window,
+                                           late_agent_capture=full)  # fmt: skip
+            self.priority.after_stops()
+            threads = self._record_all(captures, settle=settle)
+            stopped += len(captures)
+            if not threads:
+                break
+        return stopped
 
     def _housekeeping(self, now: float) -> None:
         """Between ticks, every SYNC_INTERVAL: new threads of every process; less often also new children,

@@ -270,8 +270,10 @@ def test_code_object_reuse_in_a_recording(interp, tmp_path):
         assert line in (first_line, first_line + 1, first_line + 2), (name, line)
     counters = Session.load(str(tmp_path / "churn.nprof")).counters
     assert counters.get("python_code_reused_addresses", 0) > 0, counters
-    # new code objects cannot be settled after resume: those threads were stopped again and captured whole
+    # new code objects cannot be settled after resume: those threads were stopped again, and the code
+    # objects decoded from what that stop copied of them (``code_ahead.py``) or from a walk in a third
     assert counters.get("python_stacks_recaptured", 0) > 0, counters
+    assert counters.get("python_stacks_decoded_ahead", 0) > 0, counters
     # the agent's hooks (the snapshot, its settling over a chain that keeps changing, the copy, the
     # refresh) never failed
     assert not [name for name in counters if name.startswith("agent_") and name.endswith("_errors")], counters

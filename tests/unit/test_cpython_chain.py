@@ -805,6 +805,87 @@ def test_a_snapshots_code_objects_are_identified_after_resume(target, case):
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize("case", ["met", "returned", "replaced", "rewritten"])
+def test_a_new_code_object_a_snapshot_met_is_decoded_from_the_next_stops_copy(target, case):
+    """A snapshot's walk that meets a code object never decoded asks for a second stop (a new one must be
+    decoded from bytes copied while a frame keeps it alive). That stop is a snapshot too: after the first
+    settle its header and strings were read once, to learn where they are; the stop copies those ranges
+    again with one more ``process_vm_readv``, and the second snapshot's walk decides what they are worth.
+    Met by that walk, the code object was alive in the stop, and is decoded from its copy alone ("met": its
+    name's bytes changed after the stop do not count; "rewritten": changed in place before it, the stop's
+    are the ones shown).
+    Not met (its function returned: "returned"), it is not decoded. Replaced by another code object whose
+    strings the stop did not copy ("replaced"), it cannot be decoded from the copy: a stop that walks in
+    full comes next (the sampler's third), and names the new one."""
+    info, frames = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    c = target.layout.code
+    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
+    fresh = target.code("fresh", 70, version=9)
+    code_b = struct.unpack_from("<Q", target.heap, frames[1] + target.layout.frame.code - HEAP)[0]
+    target.put(frames[1] + target.layout.frame.code, "Q", fresh)  # "b" returned; "fresh" called there
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
+    slot = session._slots[TID]
+    assert slot.ahead is not None and slot.ahead.codes == [fresh] and not slot.walk_next
+    if case == "returned":  # "fresh" returned and "b" was called again at its place
+        target.put(frames[1] + target.layout.frame.code, "Q", code_b)
+    elif case == "replaced":  # "fresh" freed, another function allocated at its address
+        target.put(fresh + c.name, "Q", target.string("reborn"))
+        if c.qualname is not None:
+            target.put(fresh + c.qualname, "Q", target.string("Q.reborn"))
+        if c.version is not None:
+            target.put(fresh + c.version, "I", 10)
+    elif case == "rewritten":  # the name's str object freed and another of the same length made there
+        name = struct.unpack_from("<Q", target.heap, fresh + (c.qualname or c.name) - HEAP)[0] - HEAP
+        at = target.heap.index(b"fresh", name)
+        target.heap[at : at + 5] = b"fresk"
+    target.syscalls = 0
+    data = session.snapshot(TID, REGS)
+    assert data is not None and target.syscalls == 2  # the plan, then the code object's ranges
+    if case == "met":  # after resume its name's bytes change: what the stop copied is what counts
+        name = struct.unpack_from("<Q", target.heap, fresh + (c.qualname or c.name) - HEAP)[0] - HEAP
+        at = target.heap.index(b"fresh", name)
+        target.heap[at : at + 5] = b"fresx"
+    settled = session.settle(data)
+    if case == "replaced":
+        assert settled is RECAPTURE and session.stats.decoded_ahead == 0
+        again = session.capture(TID, REGS)
+        (decoded, _), _ = decode(target, again, session.codes)
+        assert names_of(session.codes, decoded) == ["c", "reborn", "a"]
+        return
+    assert isinstance(settled, StackCapture)
+    (decoded, cut), _ = decode(target, settled, session.codes)
+    if case == "returned":
+        assert names_of(session.codes, decoded) == ["c", "b", "a"] and not cut
+        assert session.stats.decoded_ahead == 0 and session.codes.unknown([fresh]) == [fresh]
+        return
+    assert names_of(session.codes, decoded) == ["c", "fresk" if case == "rewritten" else "fresh", "a"]
+    assert target.syscalls == 3  # and the headers' check after resume: nothing else was read
+    assert session.stats.decoded_ahead == 1 and slot.ahead is None
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_a_snapshot_whose_chain_left_the_plan_has_its_next_stop_walk(target):
+    """A walk of a snapshot that needs a frame outside the plan cannot know the chain past it: the thread's
+    next stop (the sampler's second) walks in full (``snapshot`` hands it to ``capture``), rather than copy
+    the same plan again to miss at the same place, and the snapshots after that one copy the plan again."""
+    info, frames = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
+    between = target.frame(target.code("x", 5, version=7), frames[2], position=1)
+    target.link(frames[1], between)  # "b" was called through a new frame, outside the plan
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session._slots[TID].walk_next
+    assert session.snapshot(TID, REGS) is None  # the second stop walks
+    again = session.capture(TID, REGS)
+    (decoded, _), _ = decode(target, again, session.codes)
+    assert names_of(session.codes, decoded) == ["c", "b", "x", "a"]
+    session._slots[TID].rebuild()
+    settled = session.settle(session.snapshot(TID, REGS))
+    assert isinstance(settled, StackCapture) and session.stats.recaptured == 1
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 def test_a_stack_of_more_code_objects_than_one_read_takes_settles(target):
     """One ``process_vm_readv`` takes at most ``IOV_MAX`` ranges: the headers of a stack running more
     distinct code objects than that are read in as many reads as it takes, and the snapshot settles (as

@@ -115,3 +115,39 @@ def test_snapshots_that_fall_short_are_captured_again_not_recorded():
     assert [t.tid for t in again] == [11]
     assert recorded == [(10, "stack of 10"), (12, None), (13, None)]
     assert s.session.counters.get("agent_settle_errors") == 1
+
+
+@dataclass
+class ScriptedTracer:
+    """Stands in for the tracer: each ``capture`` call is noted (threads, hook) and makes one capture per
+    thread, whose agent data is its tid and the round."""
+
+    calls: list[tuple[list[int], object]] = field(default_factory=list)
+
+    def capture(
+        self, due: list[Thread], copy_stack: bool, agent_capture: object, window: float | None,
+        late_agent_capture: object,
+    ) -> list[FakeCapture]:
+        self.calls.append(([t.tid for t in due], agent_capture))
+        return [FakeCapture(t, (t.tid, len(self.calls))) for t in due]
+
+    def answer_events(self) -> None:
+        pass
+
+
+def test_a_snapshot_that_fell_short_is_snapshotted_again_then_captured_in_full():
+    """A thread whose snapshot fell short is stopped again with the agent's snapshot hook (it copies what
+    the settle found missing), and that copy is settled too; one that falls short again is stopped a third
+    time with the full capture hook, recorded as it comes. No thread is stopped a fourth time."""
+    s = sampler()
+    s.tracer = ScriptedTracer()  # type: ignore[assignment]
+    s.targets[1] = SettlingTarget({  # type: ignore[assignment]
+        (11, 1): "11 settled from its second snapshot",
+        (12, 1): RECAPTURE,
+    })
+    recorded: list[object] = []
+    s.record = lambda c: recorded.append(c.agent_data)  # type: ignore[method-assign]
+    first, full = object(), object()
+    stops = s._capture_again([Thread(11), Thread(12)], first, full)  # type: ignore[arg-type]
+    assert s.tracer.calls == [([11, 12], first), ([12], full)]
+    assert recorded == ["11 settled from its second snapshot", (12, 2)] and stops == 3

@@ -1,0 +1,108 @@
+"""New code objects a snapshot met, decoded from a copy the thread's next stop makes of them, named in advance.
+
+A code object the cache does not know must be decoded from bytes copied while a frame keeps it alive
+(``code.py``). A snapshot's walk after resume can only find that it met one (``code_check.py``), and the
+thread is stopped again. That second stop used to walk the whole chain and decode there
+(``CPythonSession.capture``): 200 us (median) in a recording of pytest on 3.11, where a snapshot's stop
+takes 14 us, and ~700 of them in 15 s, most of them meeting one to three code objects it had not met.
+
+A ``CodeAhead`` makes the second stop a snapshot too. After the first settle, with the thread running, it
+reads each new code object's header and strings once, trusting nothing in them: only to learn which ranges
+its decode reads (``CodeCache.strings_of``) and how long they are. The second stop copies those ranges
+again, with one ``process_vm_readv`` after the plan's. After resume the second snapshot's walk decides
+what they are worth:
+
+* a code object that walk meets was alive during the second stop, because the frame that runs it holds a
+  reference to it ("Strong reference" on ``f_code``, 3.13's ``f_executable``, in 3.11-3.13's
+  Include/internal/pycore_frame.h; a 3.8-3.10 frame object releases its ``f_code`` in ``frame_dealloc``,
+  Objects/frameobject.c), and the thread was stopped. So the
+  header copied at its address was its own, and so were the strings where that header points, if those are
+  the ranges copied. Decoding from them is as sure as decoding during the stop
+  (``CodeCache.decode_copied``);
+* a code object the walk does not meet (its function returned meanwhile) is not decoded: what was copied at
+  its address may be anything's;
+* where the copy does not serve the decode whole (the object at that address changed since the read after
+  resume, a string grew past what was read then), the code object stays unknown, and the sampler captures
+  the thread in full in a third stop.
+"""
+
+from __future__ import annotations
+
+from agents.cpython.code import CodeCache, alive
+from agents.cpython.memory import Read
+from agents.cpython.plan import build_plan
+from agents.cpython.scatter import Snapshot
+
+
+class _Recorder:
+    """A ``Read`` that notes the range each read returned (``{addr: bytes returned}``)."""
+
+    __slots__ = ("_read", "ranges")
+
+    def __init__(self, read: Read) -> None:
+        self._read = read
+        self.ranges: dict[int, int] = {}
+
+    def __call__(self, addr: int, size: int) -> bytes:
+        data = self._read(addr, size)
+        if len(data) > self.ranges.get(addr, 0):
+            self.ranges[addr] = len(data)
+        return data
+
+
+class CodeAhead:
+    """The code objects a thread's snapshot met and the cache could not name, and the ranges to copy for
+    them in the thread's next stop."""
+
+    __slots__ = ("codes", "lengths", "plan", "snap", "taken")
+
+    def __init__(self, codes: list[int], lengths: dict[int, int]) -> None:
+        self.codes = codes
+        self.lengths = lengths  #: address -> bytes the read after resume returned there
+        self.plan = build_plan([], list(lengths.items()))  #: sorted and coalesced, as a thread's plan is
+        self.snap = Snapshot()
+        self.snap.fit(self.plan)  # sized now: allocating in the stop would lengthen it
+        self.taken = False  #: ``take`` copied the ranges in the stop of the snapshot settled next
+
+    @classmethod
+    def of(cls, cache: CodeCache, codes: list[int]) -> CodeAhead | None:
+        """After resume: for the code objects at ``codes`` that ``cache`` does not know under the identity
+        their header shows now, the ranges a decode of each reads, as they read now; None if there is none
+        (no live code object with readable strings is there now)."""
+        new: list[int] = []
+        lengths: dict[int, int] = {}
+        size = cache.identity.size
+        for code in codes:
+            recorder = _Recorder(cache.read)
+            header = recorder(code, size)
+            found = cache.lookup(code, header, 0, counted=False)
+            if not isinstance(found, tuple) or not alive(header) or cache.strings_of(recorder, found) is None:
+                continue  # known under this identity, or nothing a stop could decode
+            new.append(code)
+            for addr, length in recorder.ranges.items():
+                if lengths.get(addr, 0) < length:
+                    lengths[addr] = length
+        return cls(new, lengths) if new else None
+
+    def take(self, pid: int, tid: int) -> None:
+        """During the stop, after the thread's snapshot: copy every range with one ``process_vm_readv``."""
+        self.taken = self.snap.take(pid, tid, self.plan)
+
+    def decode(self, cache: CodeCache, met: list[int]) -> int:
+        """After resume: decode, from the stop's copy alone, the code objects of ``met`` (those the walk of
+        that stop's snapshot met) it was made for; how many of them the cache knows now."""
+        if not self.taken:
+            return 0
+        known = 0
+        for code in set(met).intersection(self.codes):
+            if cache.decode_copied(code, self._copied) is not None:
+                known += 1
+        return known
+
+    def _copied(self, addr: int, size: int) -> bytes:
+        """A ``Read`` of the stop's copy: at an address read after resume, as many bytes as were read there
+        (at most ``size``), if the stop copied them; b"" for anything else (nothing is read now)."""
+        size = min(size, self.lengths.get(addr, 0))
+        snap = self.snap
+        offset = self.plan.find(addr, size, snap.done) if size else -1
+        return bytes(snap.view[offset : offset + size]) if offset >= 0 else b""

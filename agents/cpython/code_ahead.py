@@ -34,6 +34,13 @@ from agents.cpython.plan import build_plan
 from agents.cpython.scatter import Snapshot
 
 
+#: most code objects one ``CodeAhead`` is made for; a stack that meets more new ones at once has its next stop
+#: walk in full instead, which decodes them with two scatter reads. Each costs ~4 reads here after resume
+#: (its header, name, file name and line table; ~4-5 us each, ``scatter.py``), and its ranges must fit one
+#: ``process_vm_readv`` (``plan.IOV_MAX``, 1024 iovecs: ~4 each, fewer where they coalesce)
+MAX_CODES = 256
+
+
 class _Recorder:
     """A ``Read`` that notes the range each read returned (``{addr: bytes returned}``)."""
 
@@ -68,7 +75,9 @@ class CodeAhead:
     def of(cls, cache: CodeCache, codes: list[int]) -> CodeAhead | None:
         """After resume: for the code objects at ``codes`` that ``cache`` does not know under the identity
         their header shows now, the ranges a decode of each reads, as they read now; None if there is none
-        (no live code object with readable strings is there now)."""
+        (no live code object with readable strings is there now), or more than MAX_CODES to look at."""
+        if len(codes) > MAX_CODES:
+            return None
         new: list[int] = []
         lengths: dict[int, int] = {}
         size = cache.identity.size

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.cpython import plan, scatter
+from agents.cpython import code_ahead, plan, scatter
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
@@ -864,6 +864,24 @@ def test_a_new_code_object_a_snapshot_met_is_decoded_from_the_next_stops_copy(ta
     assert target.syscalls == 3  # and the headers' check after resume: nothing else was read
     assert session.stats.decoded_ahead == 1 and slot.ahead is None
 
+
+
+@pytest.mark.parametrize("target", LAYOUTS[:1] + LAYOUTS[-1:], indirect=True)
+def test_a_snapshot_that_met_too_many_new_code_objects_has_its_next_stop_walk(target, monkeypatch):
+    """Past ``code_ahead.MAX_CODES`` new code objects at once, reading each after resume would cost more
+    than the walk in the stop, which decodes them with two scatter reads: the next stop walks."""
+    monkeypatch.setattr(code_ahead, "MAX_CODES", 2)
+    info, frames = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
+    for i, frame in enumerate(frames):  # all three returned, and three new functions run in their frames
+        target.put(frame + target.layout.frame.code, "Q", target.code(f"new{i}", 70 + i, version=20 + i))
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
+    slot = session._slots[TID]
+    assert slot.ahead is None and slot.walk_next and session.snapshot(TID, REGS) is None
+    (decoded, _), _ = decode(target, session.capture(TID, REGS), session.codes)
+    assert names_of(session.codes, decoded) == ["new0", "new1", "new2"] and not slot.walk_next
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 def test_a_snapshot_whose_chain_left_the_plan_has_its_next_stop_walk(target):

@@ -248,7 +248,9 @@ def table(rows: list[dict]) -> str:
     for mode in ("chain", "threads"):
         cells = []
         for name in names:
-            v = [r["samples"] / r["elapsed"] for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, 1000, name)]
+            v = [
+                r["samples"] / r["elapsed"] for r in rows if (r["mode"], r["rate"], r["profiler"]) == (mode, 1000, name)
+            ]
             cells.append(f"{med(v):.0f}" if v else "—")
         out.append(f"| {mode} | " + " | ".join(cells) + " |")
     out += ["", "Where the chain's time went at 1000 Hz (its one thread's schedstat over the timed work; median):",

@@ -2,7 +2,8 @@
 
 ``--capture-only`` isolates the capture loop (idle checks, interrupt, copy, resume, pump), the part the C
 floor sampler also does; without it, the whole recording path runs (unwinding and interning included).
-Prints JSON: captures (threads stopped and copied), samples, ticks, cpu_s and wall_s of the sampling loop alone (start-up excluded).
+Prints JSON: captures (threads stopped and copied), samples, ticks, cpu_s and wall_s of the sampling loop
+alone (start-up excluded).
 
 usage: python -m benchmarks.nprof_sampler PID RATE SECONDS STACK_BYTES [--capture-only] [--priority P]
 """

@@ -24,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = ExportConfig(idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter)
+    config = ExportConfig(
+        idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter
+    )
     exporter = None
     if args.output is not None:
         exporter = infer_format(args.output, args.format)

@@ -91,7 +91,8 @@ def test_spawned_command_is_profiled_until_it_exits(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "target exited (status 0)" in result.stdout
     [profile] = read_speedscope(out)
-    hit, total = share(profile.stacks, lambda s: ends_with(s, ("main", "run_simulation", "step", "integrate", "compute_forces")))
+    chain = ("main", "run_simulation", "step", "integrate", "compute_forces")
+    hit, total = share(profile.stacks, lambda s: ends_with(s, chain))
     assert hit / total > 0.5
     assert any(ends_with(s, ("run_simulation", "render", "shade_pixels")) for s in profile.stacks)
 

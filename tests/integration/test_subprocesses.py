@@ -51,7 +51,9 @@ def test_children_are_followed(forker_fp, chain_fp, tmp_path):
     for label, chain in chains.items():
         owners = [pid for pid, ps in by_pid.items() if any(ends_with(s, chain) for p in ps for s in p.stacks)]
         assert owners, f"{label}: chain {chain} in no profile"
-    exec_child = [pid for pid, ps in by_pid.items() if any(ends_with(s, ("a", "b", "c", "spin")) for p in ps for s in p.stacks)]
+    exec_child = [
+        pid for pid, ps in by_pid.items() if any(ends_with(s, ("a", "b", "c", "spin")) for p in ps for s in p.stacks)
+    ]
     assert any(chain_fp in p.name for p in by_pid[exec_child[0]]), "a child's profile names its command line"
 
 

@@ -129,7 +129,8 @@ def patch_references(data: bytes, attribute: str, value_of, tmp_path) -> bytes:
 @pytest.mark.parametrize("target", ["itself", "the unit start"])
 def test_backward_siblings_are_ignored(program, tmp_path, target):
     data, addresses, healthy = program
-    damaged = patch_references(data, "DW_AT_sibling", (lambda die: die) if target == "itself" else (lambda die: 0), tmp_path)
+    point = (lambda die: die) if target == "itself" else (lambda die: 0)
+    damaged = patch_references(data, "DW_AT_sibling", point, tmp_path)
     results, _resolver = resolve_damaged(damaged, addresses)
     assert results == healthy  # a sibling that does not point forward is not followed
 

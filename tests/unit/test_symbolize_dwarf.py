@@ -99,7 +99,9 @@ def build(tmp_path_factory, name: str, source: str, flags: list[str], cxx: bool 
 
 @pytest.fixture(scope="module")
 def c_programs(tmp_path_factory) -> dict[str, str]:
-    return {variant: build(tmp_path_factory, f"inl-{variant}", C_SOURCE, flags) for variant, flags in C_VARIANTS.items()}
+    return {
+        variant: build(tmp_path_factory, f"inl-{variant}", C_SOURCE, flags) for variant, flags in C_VARIANTS.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +152,9 @@ def test_c_debug_info_formats_agree(c_programs):
     for variant, path in c_programs.items():
         assert instructions(path, "main")[0] == every
         frames = DwarfResolver(ElfFile(path)).resolve(every)
-        results[variant] = [[(f.name, f.line, f.inlined, f.file and f.file.rsplit("/", 1)[1]) for f in c or []] for c in frames]
+        results[variant] = [
+            [(f.name, f.line, f.inlined, f.file and f.file.rsplit("/", 1)[1]) for f in c or []] for c in frames
+        ]
     assert all(r == results["dwarf5"] for r in results.values())
 
 

@@ -75,7 +75,8 @@ def addr2line(path: str, addresses: Sequence[int]) -> dict[int, list[Level]]:
             continue
         name, where = out[i], _DISCRIMINATOR.sub("", out[i + 1])
         file, _, line = where.rpartition(":")
-        current.insert(0, (name, None if file == "??" else _path(file), int(line) if line.isdigit() and line != "0" else None))
+        number = int(line) if line.isdigit() and line != "0" else None
+        current.insert(0, (name, None if file == "??" else _path(file), number))
         i += 2
     return found
 
@@ -126,7 +127,9 @@ def disagreement(mine: Sequence[FrameInfo], reference: list[Level], second: list
 
 
 def test_canonical_spellings_agree():
-    libiberty = "void std::sort<int*, f()::{lambda(int, int)#1}>(int*, int*, f()::{lambda(int, int)#1}) [clone .constprop.0]"
+    libiberty = (
+        "void std::sort<int*, f()::{lambda(int, int)#1}>(int*, int*, f()::{lambda(int, int)#1}) [clone .constprop.0]"
+    )
     llvm = "void std::sort<int*, f()::'lambda'(int, int)>(int*, int*, f()::'lambda'(int, int)) (.constprop.0)"
     nprof = "void std::sort<int*, f()::{lambda(int, int)#1}>(int*, int*, f()::{lambda(int, int)#1}).constprop.0"
     assert canonical(libiberty) == canonical(llvm) == canonical(nprof)

@@ -14,11 +14,14 @@ state, the cframes and the frames alone, a few ranges where the headers were one
 from __future__ import annotations
 
 import enum
+import struct
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
-from agents.cpython.memory import USER_LIMIT, u64
+from agents.cpython.memory import USER_LIMIT
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
 from agents.cpython.threads import ThreadStateInfo
+
+_U64 = struct.Struct("<Q")
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
 #: how far up the C stack an eval loop's ``_PyCFrame.previous`` may be from its own: the enclosing eval loop
@@ -113,6 +116,7 @@ class ChainCopier:
         self.tstate_unpack, names = fields_struct({"ident": (ident, "Q"), "frame": (t.frame, "Q")})
         self.tstate_ident = names.index("ident")
         self.tstate_frame = names.index("frame")
+        self.tstate_frame_at = t.frame  #: the offset of the thread's newest frame (3.11/3.12: cframe) pointer
         self.cframe_offset = t.cframe_current_frame
         #: bytes of a ``_PyCFrame`` read: through ``current_frame``, and ``previous`` where it is known
         cframe_fields = ((t.cframe_current_frame, 8), (t.cframe_previous, 8))
@@ -234,16 +238,29 @@ class ChainCopier:
         thread is captured in full in this stop instead of being stopped a second time after the walk of
         the snapshot fails. A few lookups; True when it cannot tell (``settle`` decides)."""
         plan, done, view = snap.plan, snap.done, snap.view
-        off = plan.find(info.addr, self.tstate_size, done)
-        if off < 0:
+        where = plan.where
+        # each address is looked up as planned first (the thread state always is: a fixed read), then
+        # inside the plan's ranges (``ReadPlan.find``); 2.8 us in all in a stop of a 3.12 chain with ``find``
+        # alone, where each call also marks its range as used (the walk after resume marks them anyway)
+        hit = where.get(info.addr)
+        if hit is None or hit[2] >= done:
             return True
-        frame = self.tstate_unpack.unpack_from(view, off)[self.tstate_frame]
+        frame = _U64.unpack_from(view, hit[0] + self.tstate_frame_at)[0]
         if frame and self.cframe_offset is not None:
-            off = plan.find(frame, self.cframe_size, done)
-            if off < 0:
-                return False
-            frame = u64(view, off + self.cframe_offset)
-        return not frame or plan.find(frame, self.frame_size, done) >= 0
+            hit = where.get(frame)
+            if hit is not None and hit[1] >= self.cframe_size and hit[2] < done:
+                off = hit[0]
+            else:
+                off = plan.find(frame, self.cframe_size, done)
+                if off < 0:
+                    return False
+            frame = _U64.unpack_from(view, off + self.cframe_offset)[0]
+        if not frame:
+            return True
+        hit = where.get(frame)
+        if hit is not None and hit[1] >= self.frame_size and hit[2] < done:
+            return True
+        return plan.find(frame, self.frame_size, done) >= 0
 
     def _check_enclosing(
         self,

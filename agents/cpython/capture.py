@@ -14,14 +14,11 @@ state, the cframes and the frames alone, a few ranges where the headers were one
 from __future__ import annotations
 
 import enum
-import struct
 
 from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
-from agents.cpython.scatter import PAGE_SIZE, ScatterReader, Snapshot
+from agents.cpython.scatter import PAGE_SIZE, ScatterReader
 from agents.cpython.threads import ThreadStateInfo
-
-_U64 = struct.Struct("<Q")
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
 #: how far up the C stack an eval loop's ``_PyCFrame.previous`` may be from its own: the enclosing eval loop
@@ -70,6 +67,9 @@ class StackCapture:
     __slots__ = ("tid", "tstate", "status", "holds_gil", "addrs", "values", "code_headers", "raw",
                  "code_keys", "key", "late_codes", "_copier", "_frames")  # fmt: skip
 
+    #: a capture made in the stop has nothing for the tracer to copy with the stack window (runtime.py)
+    co_read = None
+
     def __init__(
         self, tid: int, tstate: int, status: CaptureStatus = CaptureStatus.OK, copier: ChainCopier | None = None
     ) -> None:
@@ -116,7 +116,6 @@ class ChainCopier:
         self.tstate_unpack, names = fields_struct({"ident": (ident, "Q"), "frame": (t.frame, "Q")})
         self.tstate_ident = names.index("ident")
         self.tstate_frame = names.index("frame")
-        self.tstate_frame_at = t.frame  #: the offset of the thread's newest frame (3.11/3.12: cframe) pointer
         self.cframe_offset = t.cframe_current_frame
         #: bytes of a ``_PyCFrame`` read: through ``current_frame``, and ``previous`` where it is known
         cframe_fields = ((t.cframe_current_frame, 8), (t.cframe_previous, 8))
@@ -224,43 +223,6 @@ class ChainCopier:
             newest = out.addrs[0]
             frames[0] = (newest, ((newest + size - 1) | (PAGE_SIZE - 1)) + 1 - newest)
         return out, (fixed, cframe + frames)
-
-    def newest_frame_planned(self, snap: Snapshot, info: ThreadStateInfo) -> bool:
-        """During the stop, right after a snapshot: whether it holds the thread's newest frame (and on
-        3.11/3.12 the ``_PyCFrame`` that points at it).
-
-        Each call on 3.8-3.10 runs in a frame object of its own, and one not at an address seen before (a
-        code object keeps one spare frame, which another thread running the same function may hold) is
-        the usual way a snapshot falls short: 74% of those that did in a four-thread program calling
-        generators, methods, sorted, json and re, on 3.10, missed exactly the newest frame. On 3.11+ a
-        generator's frame lives in the generator object, and an eval loop entered from C has its cframe
-        at a C-stack place the plan may not know: 35 of 85 on 3.12 in the same program. Found here, the
-        thread is captured in full in this stop instead of being stopped a second time after the walk of
-        the snapshot fails. A few lookups; True when it cannot tell (``settle`` decides)."""
-        plan, done, view = snap.plan, snap.done, snap.view
-        where = plan.where
-        # each address is looked up as planned first (the thread state always is: a fixed read), then
-        # inside the plan's ranges (``ReadPlan.find``); 2.8 us in all in a stop of a 3.12 chain with ``find``
-        # alone, where each call also marks its range as used (the walk after resume marks them anyway)
-        hit = where.get(info.addr)
-        if hit is None or hit[2] >= done:
-            return True
-        frame = _U64.unpack_from(view, hit[0] + self.tstate_frame_at)[0]
-        if frame and self.cframe_offset is not None:
-            hit = where.get(frame)
-            if hit is not None and hit[1] >= self.cframe_size and hit[2] < done:
-                off = hit[0]
-            else:
-                off = plan.find(frame, self.cframe_size, done)
-                if off < 0:
-                    return False
-            frame = _U64.unpack_from(view, off + self.cframe_offset)[0]
-        if not frame:
-            return True
-        hit = where.get(frame)
-        if hit is not None and hit[1] >= self.frame_size and hit[2] < done:
-            return True
-        return plan.find(frame, self.frame_size, done) >= 0
 
     def _check_enclosing(
         self,

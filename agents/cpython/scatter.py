@@ -59,15 +59,18 @@ PAGE_SIZE = mmap.PAGESIZE
 
 
 class Snapshot:
-    """The bytes of one thread's read plan, copied during its stop by one ``process_vm_readv`` and kept for
-    the walk after resume (``ScatterReader.replay``): the least an agent can do while the thread is stopped.
+    """The bytes of one thread's read plan, copied during its stop and kept for the walk after resume
+    (``ScatterReader.replay``): the least an agent can do while the thread is stopped.
 
-    The bytes are laid out as ``ScatterReader.begin`` lays them out, so the plan's offsets hold. One per
-    thread: the thread's next snapshot overwrites it, so it must be walked before that (the sampler walks
-    a tick's snapshots in the same tick). The buffer is sized when the plan is made (``fit``), never during
-    a stop: allocating there would lengthen the stop."""
+    The copy is made by the tracer, in the same ``process_vm_readv`` as the thread's stack window
+    (``read_with_stack``: the engine's ``co_read``), so the agent adds no system call of its own to a stop;
+    a separate one cost 2-3 us more (a 64 KiB window and six small ranges, read cold 4,000 times each way,
+    alternated). The bytes are laid out as ``ScatterReader.begin`` lays them out, so the plan's offsets hold.
+    One per thread: the thread's next snapshot overwrites it, so it must be walked before that (the sampler
+    walks a tick's snapshots in the same tick). The buffer and the iovecs are made when the plan is
+    (``fit``), never during a stop: allocating there would lengthen it."""
 
-    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "_local")
+    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "ready", "_local", "_remote", "_pair")
 
     def __init__(self) -> None:
         self.tid = 0
@@ -77,9 +80,14 @@ class Snapshot:
         self.base = ctypes.addressof(self.buffer)
         self.view = memoryview(self.buffer).cast("B")
         self._local = (ctypes.c_uint64 * 2)(self.base, 0)
+        self.ready = EMPTY_PLAN  #: the plan ``read_with_stack`` copies
+        #: the copy with a stack window: local iovecs (the window's, then the plan's place), remote iovecs
+        #: (the window's, then the plan's ranges)
+        self._pair = (ctypes.c_uint64 * 4)()
+        self._remote = (ctypes.c_uint64 * 2)()
 
     def fit(self, plan: ReadPlan) -> None:
-        """Make room for ``plan`` (after resume, when the plan is built)."""
+        """Make room for ``plan``, and the iovecs of its copies (after resume, when the plan is built)."""
         if len(self.buffer) < plan.total:
             # whole pages, so that a plan that grows a little does not reallocate every time
             size = -(-plan.total // PAGE_SIZE) * PAGE_SIZE
@@ -87,10 +95,32 @@ class Snapshot:
             self.base = ctypes.addressof(self.buffer)
             self.view = memoryview(self.buffer).cast("B")
             self._local[0] = self.base
+        remote = (ctypes.c_uint64 * (2 + 2 * plan.count))()
+        remote[2:] = plan.remote[: 2 * plan.count]
+        self._remote = remote
+        self._pair[2] = self.base
+        self._pair[3] = plan.total
+        self.ready = plan
+
+    def read_with_stack(self, pid: int, dest: int, addr: int, size: int) -> int:
+        """During the stop, for the tracer: ``size`` bytes of the stack window at ``addr`` into ``dest``, and the
+        ranges of the plan ``fit`` made ready, with one ``process_vm_readv``. Returns the window's bytes read
+        (a short read stops at the first unmapped page, and copies nothing of the plan), or -errno; the
+        plan's complete ranges are in ``done``."""
+        plan, remote, pair = self.ready, self._remote, self._pair
+        remote[0] = addr
+        remote[1] = pair[1] = size
+        pair[0] = dest
+        n = process_vm_readv(pid, pair, 2, remote, 1 + plan.count, 0)
+        if n < 0:
+            self.done = 0
+            return -ctypes.get_errno()
+        self.done = bisect.bisect_right(plan.ends, n - size) if n > size else 0
+        return min(n, size)
 
     def take(self, pid: int, tid: int, plan: ReadPlan) -> bool:
-        """During the stop: copy every planned range with one syscall. False if the plan is empty or does
-        not fit (it was rebuilt and not yet ``fit``): the caller walks in the stop instead."""
+        """During the stop, without a stack window: copy every planned range with one syscall. False if the
+        plan is empty or does not fit (it was rebuilt and not yet ``fit``)."""
         if not plan.count or plan.total > len(self.buffer):
             return False
         self.done = plan.copy(pid, self._local)
@@ -103,13 +133,16 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "clean", "tid", "check", "ahead", "walk_next")
+    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "co_read", "clean", "tid", "check", "ahead",
+                 "walk_next")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
         self.info = info
         self.plan: ReadPlan = EMPTY_PLAN
-        self.snap = Snapshot()  #: the plan's bytes as the last ``CPythonSession.snapshot`` copied them
+        self.snap = Snapshot()  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them
+        #: what the tracer copies with the stack window in a stop whose agent data this slot is (runtime.py)
+        self.co_read = self.snap
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then cframes and frames
         #: what the last capture read, whether it missed reads, and the planned range it could not read
         self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None

@@ -219,23 +219,30 @@ class Tracer:
     def _copy(
         self, record: ThreadRecord, slot: Slot, stack_bytes: int, agent_capture: AgentCapture | None
     ) -> Capture:
-        """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only."""
+        """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only.
+
+        The agent's hook runs first: what it returns may name ranges to copy with the stack window
+        (``co_read``, runtime.py), in the same ``process_vm_readv``."""
         regs = slot.regs
         if raw_ptrace(PTRACE_GETREGS, record.tid, 0, slot.regs_ref) == FAILED:
             # killed (SIGKILL) since it reported its stop: the slot holds an earlier thread's registers
             ctypes.memset(ctypes.addressof(regs), 0, ctypes.sizeof(regs))
             return Capture(record, slot, 0, -ctypes.get_errno(), False)
         rsp = regs.rsp
-        n = 0
+        size = 0
         if stack_bytes:
             size = stack_bytes
             if record.stack_lo <= rsp < record.stack_hi:
                 size = min(size, record.stack_hi - rsp)
-            n = self._stack_readers[record.pid].read_into(slot.address, rsp, size)
-        capture = Capture(record, slot, rsp, n, n == stack_bytes > 0)
+        data = co_read = None
         if agent_capture is not None:
-            capture.agent_data = agent_capture(record, regs)
-        return capture
+            data = agent_capture(record, regs)
+            co_read = getattr(data, "co_read", None) if data is not None else None
+        if co_read is not None:
+            n = co_read.read_with_stack(record.pid, slot.address, rsp, size)
+        else:
+            n = self._stack_readers[record.pid].read_into(slot.address, rsp, size) if size else 0
+        return Capture(record, slot, rsp, n, n == stack_bytes > 0, data)
 
     def _resume(self, tid: int) -> None:
         """Let a thread we hold go: PTRACE_LISTEN keeps a job-control stop, PTRACE_CONT resumes."""

@@ -81,15 +81,18 @@ class FakeTarget:
         self.syscalls += 1
         if nremote > plan.IOV_MAX:
             return -1  # EINVAL, as the kernel answers more than UIO_MAXIOV iovecs
-        dest_base = _iovecs(local, 1)[0][0]
-        done = 0
+        dest = bytearray()
         for base, size in _iovecs(remote, nremote):
             data = self.read(base, size)
             if len(data) != size:
                 break
-            ctypes.memmove(dest_base + done, data, len(data))
-            done += len(data)
-        return done if done else -1
+            dest += data
+        done, at = len(dest), 0
+        for base, size in _iovecs(local, nlocal):  # the bytes read fill the local iovecs in order
+            chunk = dest[at : at + size]
+            ctypes.memmove(base, bytes(chunk), len(chunk))
+            at += len(chunk)
+        return done if done or nremote == 1 and not _iovecs(remote, 1)[0][1] else -1
 
     # --- objects --------------------------------------------------------------------------------------
 
@@ -368,8 +371,7 @@ def test_a_thread_stopped_before_its_new_cframe_links_back_is_stopped_again(targ
     """The new cframe's ``previous`` is a leftover too, and not a cframe: neither the thread's
     ``root_cframe`` nor further up the C stack. Nothing read leads to the Python stack (the enclosing eval
     loop's), so the capture has no frames and is ``TRUNCATED_ENTERING``, and after resume ``settle`` asks
-    for a second stop (whether the first copied a snapshot or captured in full), which finds the eval loop
-    entered."""
+    for another stop, which finds the eval loop entered."""
     t = target.layout.thread
     info, frames = chain(target, ["caller", "main"])
     session = session_over(target, info)
@@ -379,10 +381,11 @@ def test_a_thread_stopped_before_its_new_cframe_links_back_is_stopped_again(targ
     entering = enter_eval_loop(target, info, leftover_chain(target, "two records"), garbage)
     stack, _ = capture(target, info)
     assert stack.status is CaptureStatus.TRUNCATED_ENTERING and stack.frames == []
-    data = session.snapshot(TID, REGS)
-    if data is None:  # the stop saw that the plan lacks the new cframe, and captured in full at once
-        data = session.capture(TID, REGS)
-        assert data.status is CaptureStatus.TRUNCATED_ENTERING
+    # the plan lacks the new cframe: the walk of the snapshot misses it, and the second stop walks in full
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session.stats.entering == 0
+    assert session.snapshot(TID, REGS) is None
+    data = session.capture(TID, REGS)
+    assert data.status is CaptureStatus.TRUNCATED_ENTERING
     assert session.settle(data) is RECAPTURE and session.stats.entering == 1
     # the eval loop's entry goes on: one store sets both fields (ceval.c, as the builds here compile it)
     callee = target.frame(target.code("callee", 7), frames[0], position=1)
@@ -679,6 +682,15 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._slots = {TID: ThreadSlot(TID, info)}
     session.walks = WalkSchedule()
     session._main_tid, session._main_mapped = TID, False
+
+    def snapshot_in_stop(tid: int, regs: object) -> ThreadSlot | None:
+        """``snapshot``, then the copy the tracer makes with the stack window (none here: no native stack)."""
+        data = CPythonSession.snapshot(session, tid, regs)
+        if data is not None:
+            data.co_read.read_with_stack(1, 0, 0, 0)
+        return data
+
+    session.snapshot = snapshot_in_stop  # type: ignore[method-assign]
     return session
 
 
@@ -716,11 +728,36 @@ def test_a_snapshot_settles_to_what_the_stop_saw(target):
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_the_tracer_copies_a_snapshot_with_the_stack_window_in_one_read(target):
+    """``snapshot`` reads nothing itself: the slot it returns names its plan's ranges (``co_read``), and the
+    tracer copies them in the same ``process_vm_readv`` as the stack window. A window that cannot be read
+    whole copies nothing of the plan, and the walk of that snapshot asks for another stop."""
+    info, _ = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    target.syscalls = 0
+    data = CPythonSession.snapshot(session, TID, REGS)  # the hook alone, as the tracer calls it
+    assert isinstance(data, ThreadSlot) and target.syscalls == 0 and data.snap.done == 0
+    stack = target.alloc(512)
+    target.heap[stack - HEAP : stack - HEAP + 512] = bytes(range(256)) * 2
+    window = ctypes.create_string_buffer(512)
+    n = data.co_read.read_with_stack(1, ctypes.addressof(window), stack, 512)
+    assert n == 512 and target.syscalls == 1 and window.raw == bytes(range(256)) * 2
+    assert data.snap.done == data.plan.count
+    settled = session.settle(data)
+    (decoded, cut), _ = decode(target, settled, session.codes)
+    assert names_of(session.codes, decoded) == ["c", "b", "a"] and not cut
+    data = CPythonSession.snapshot(session, TID, REGS)
+    assert data.co_read.read_with_stack(1, ctypes.addressof(window), UNMAPPED, 512) < 512
+    assert data.snap.done == 0 and session.settle(data) is RECAPTURE
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     """A chain that grew past the plan, or a code object born at a known code address (it must be decoded
     while its frame keeps it alive), cannot be settled from the snapshot: ``RECAPTURE``, counted, and the
-    capture in the next stop (the sampler's) sees the new chain. A newest frame the snapshot lacks is seen
-    in the stop itself: no snapshot is returned, and the sampler captures in full at once."""
+    capture in the next stop (the sampler's) sees the new chain: a chain that grew past the plan (here
+    a newest frame the snapshot lacks) has that stop walk in full; a code object not decoded yet has it
+    copy the code object too (``code_ahead.py``)."""
     info, frames = chain(target, ["c", "b", "a"])
     session = session_over(target, info)
     planned(session, target)
@@ -731,7 +768,8 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
         target.put(cframe + t.cframe_current_frame, "Q", deeper)
     else:
         target.put(info.addr + t.frame, "Q", deeper)
-    assert session.snapshot(TID, REGS) is None and session.stats.newest_unplanned == 1
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session.stats.recaptured == 1
+    assert session.snapshot(TID, REGS) is None  # the second stop walks
     again = session.capture(TID, REGS)
     (decoded, _), _ = decode(target, again, session.codes)
     assert names_of(session.codes, decoded) == ["deeper", "c", "b", "a"]
@@ -743,7 +781,8 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     if c.version is not None:
         target.put(code_b + c.version, "I", 999)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
-    assert session.stats.recaptured == 1 and session.stats.snapshots == 0
+    assert session.stats.recaptured == 2 and session.stats.snapshots == 0
+    assert session._slots[TID].ahead is not None and not session._slots[TID].walk_next
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
@@ -929,7 +968,7 @@ def test_a_deeper_call_on_the_newest_frames_page_settles_without_a_stop_3_11(tar
     """3.11+ push a call's frame just above the newest one: a plan reads on to the end of the newest
     frame's page, so a call made since (a recursion going deeper) is found in the snapshot and settles,
     where a plan of exactly the frames seen would have needed a second stop. A frame past that page is
-    seen missing in the stop itself, and captured in full there."""
+    missed by the walk after resume, and the second stop walks in full."""
     codes = {name: target.code(name, 10 * (i + 1), version=i + 1) for i, name in enumerate("abc")}
     target.top = (target.top | (PAGE_SIZE - 1)) + 1  # a data stack: the frames from a page's start up
     frame = 0
@@ -962,7 +1001,7 @@ def test_a_deeper_call_on_the_newest_frames_page_settles_without_a_stop_3_11(tar
     (decoded, _), _ = decode(target, settled, session.codes)
     assert names_of(session.codes, decoded) == ["c", "c", "b", "a"]
     push(deeper, (newest | (PAGE_SIZE - 1)) + 1)  # the next call's frame starts the next page
-    assert session.snapshot(TID, REGS) is None and session.stats.newest_unplanned == 1
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session._slots[TID].walk_next
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
@@ -970,8 +1009,8 @@ def test_a_cframe_that_moves_between_two_places_costs_one_stop_3_11(target):
     """3.11/3.12 reach the newest frame through ``tstate->cframe``, a struct on the C stack of the eval
     loop's current entry: it moves whenever a call goes through C and back. A plan keeps the places it
     was seen at, as it keeps frames, so a thread that goes back and forth between two (in and out of
-    ``sorted(key=f)``, say) is captured in full once (in the stop that finds the new place missing from
-    its snapshot), not at every change."""
+    ``sorted(key=f)``, say) is captured in full once (in the second stop after the walk of its snapshot
+    missed the new place), not at every change."""
     info, frames = chain(target, ["c", "b", "a"])
     t = target.layout.thread
     session = session_over(target, info)
@@ -984,20 +1023,20 @@ def test_a_cframe_that_moves_between_two_places_costs_one_stop_3_11(target):
 
     def settle_with(cframe: int) -> object:
         target.put(info.addr + t.frame, "Q", cframe)
-        data = session.snapshot(TID, REGS)
-        if data is None:  # what the sampler does then: a full capture in the same stop
+        settled = session.settle(session.snapshot(TID, REGS))
+        if settled is RECAPTURE:  # what the sampler does then: a second stop, which walks in full
+            assert session.snapshot(TID, REGS) is None
             session.capture(TID, REGS)
             session._slots[TID].rebuild()
-            return None
-        return session.settle(data)
+        return settled
 
-    assert settle_with(second) is None  # a place not seen before
+    assert settle_with(second) is RECAPTURE  # a place not seen before
     for cframe in (first, second, first, second):
         settled = settle_with(cframe)
-        assert settled is not None and settled is not RECAPTURE
+        assert settled is not RECAPTURE
         (decoded, _), _ = decode(target, settled, session.codes)
         assert names_of(session.codes, decoded) == ["c", "b", "a"]
-    assert session.stats.newest_unplanned == 1 and session.stats.recaptured == 0
+    assert session.stats.recaptured == 1
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)

@@ -8,9 +8,10 @@ alternating the two ways the agent can copy during the stop, so both see the sam
 
 * ``capture`` (the walk in the stop, "walk in stop"): what a thread seen for the first time, or one whose
   snapshot fell short, costs; every other tick,
-* ``snapshot`` (the sampler's way, "snapshot"): one read of the thread's plan, nothing walked; then, after
-  resume, ``settle`` walks it ("settle"); the share of snapshots that fell short and were captured
-  again in a stop is "again %",
+* ``snapshot`` (the sampler's way, "snapshot"): the thread's plan named, nothing walked (since the tenth
+  session the tracer copies the plan right after, in its stack window's ``process_vm_readv``: that read
+  is not in this time); then, after resume, ``settle`` walks it ("settle"); the share of snapshots that
+  fell short and were captured again in a stop is "again %",
 * ``frames``: decoding one capture after resume (steady state: code objects cached),
 * the syscalls of a ``capture`` (``process_vm_readv`` calls; the read plan makes it 1 once warm) and the
   iovecs of that one call (each costs ~0.6 us in the kernel).

@@ -697,6 +697,16 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
 REGS = SimpleNamespace(fs_base=TID)  #: the registers' only field the session reads (<=3.10 map by fs_base)
 
 
+def planned_chain(target: FakeTarget) -> tuple[CPythonSession, list[int]]:
+    """A session over the chain c -> b -> a (innermost first), planned; the target's next objects are made
+    away from every planned range, so that a snapshot copies none of them by chance."""
+    info, frames = chain(target, ["c", "b", "a"])
+    session = session_over(target, info)
+    planned(session, target)
+    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE
+    return session, frames
+
+
 def planned(session: CPythonSession, target: FakeTarget) -> StackCapture:
     """A first capture in a stop (it has no plan to snapshot by), then the plan built after resume."""
     assert session.snapshot(TID, REGS) is None  # no plan yet: the sampler captures in the stop instead
@@ -795,11 +805,8 @@ def test_a_snapshots_code_objects_are_identified_after_resume(target, case):
     another). Anything else asks for the stop: another code object at that address (the known one was
     freed, and its address reused), one freed since (``ob_refcnt`` overwritten by the allocator's free
     list), an unreadable header, or a code object never decoded (nothing read: a stop must decode it)."""
-    info, frames = chain(target, ["c", "b", "a"])
-    session = session_over(target, info)
-    planned(session, target)
+    session, frames = planned_chain(target)
     c = target.layout.code
-    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
     other = target.code("other", 70, version=9)
     assert session.codes.identify(other, target.read(other, c.size), 0) is not None  # decoded in another stop
     if case == "unreadable":  # known at an address unmapped since
@@ -856,11 +863,8 @@ def test_a_new_code_object_a_snapshot_met_is_decoded_from_the_next_stops_copy(ta
     Not met (its function returned: "returned"), it is not decoded. Replaced by another code object whose
     strings the stop did not copy ("replaced"), it cannot be decoded from the copy: a stop that walks in
     full comes next (the sampler's third), and names the new one."""
-    info, frames = chain(target, ["c", "b", "a"])
-    session = session_over(target, info)
-    planned(session, target)
+    session, frames = planned_chain(target)
     c = target.layout.code
-    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
     fresh = target.code("fresh", 70, version=9)
     code_b = struct.unpack_from("<Q", target.heap, frames[1] + target.layout.frame.code - HEAP)[0]
     target.put(frames[1] + target.layout.frame.code, "Q", fresh)  # "b" returned; "fresh" called there
@@ -910,10 +914,7 @@ def test_a_snapshot_that_met_too_many_new_code_objects_has_its_next_stop_walk(ta
     """Past ``code_ahead.MAX_CODES`` new code objects at once, reading each after resume would cost more
     than the walk in the stop, which decodes them with two scatter reads: the next stop walks."""
     monkeypatch.setattr(code_ahead, "MAX_CODES", 2)
-    info, frames = chain(target, ["c", "b", "a"])
-    session = session_over(target, info)
-    planned(session, target)
-    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
+    session, frames = planned_chain(target)
     for i, frame in enumerate(frames):  # all three returned, and three new functions run in their frames
         target.put(frame + target.layout.frame.code, "Q", target.code(f"new{i}", 70 + i, version=20 + i))
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
@@ -927,10 +928,7 @@ def test_a_snapshot_whose_chain_left_the_plan_has_its_next_stop_walk(target):
     """A walk of a snapshot that needs a frame outside the plan cannot know the chain past it: the thread's
     next stop (the sampler's second) walks in full (``snapshot`` hands it to ``capture``), rather than copy
     the same plan again to miss at the same place, and the snapshots after that one copy the plan again."""
-    info, frames = chain(target, ["c", "b", "a"])
-    session = session_over(target, info)
-    planned(session, target)
-    target.top = (target.top | (PAGE_SIZE - 1)) + 1 + PAGE_SIZE  # away from every planned range
+    session, frames = planned_chain(target)
     between = target.frame(target.code("x", 5, version=7), frames[2], position=1)
     target.link(frames[1], between)  # "b" was called through a new frame, outside the plan
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session._slots[TID].walk_next

@@ -70,6 +70,24 @@ def test_pure_python_chain(interp, tmp_path):
     assert settled >= 0.9 * total, f"{settled} of {total} samples walked after resume: {session.counters}"
 
 
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_python_only_stacks_with_no_native(interp, tmp_path):
+    """``--no-native``: no stack window is copied and nothing is unwound, so a sample is its Python frames
+    alone. The thread's read plan is still copied in the stop, by the tracer's one ``process_vm_readv``
+    (with an empty window), and walked after resume."""
+    path = script("chain.py")
+    out = str(tmp_path / "py.speedscope.json")
+    with running_target([interp.path, path], ready_at=2) as target:
+        record(target.pid, out, "--no-native")
+    [profile] = read_speedscope(out)
+    chain = ("<module>", "main", "outer", "middle", "inner")
+    exact, total = share(profile.detailed, lambda s: len(s) == len(chain) and python_part(s, path) == chain)
+    assert total > 0 and exact / total >= 0.98, f"{exact}/{total} samples are exactly {chain}, nothing else"
+    counters = Session.load(str(tmp_path / "py.nprof")).counters
+    again, settled = counters.get("python_stacks_recaptured", 0), counters.get("python_stacks_snapshots", 0)
+    assert settled > 0 and again <= 0.02 * (again + settled), counters
+
+
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.10", "3.12")])
 def test_deep_chain_is_copied_in_one_stop(interp, tmp_path):
     """A steady 3000-frame chain: its read plan covers it whole, so the stop copies it at once and it is

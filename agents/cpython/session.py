@@ -4,8 +4,9 @@ The sampler calls, per tick:
 
 * ``refresh()`` between ticks: re-walks the thread-state lists when a capture found a thread it could not
   map, or periodically; and rebuilds the read plans captures left dirty. Never while a thread is stopped.
-* ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), then one
-  ``process_vm_readv`` of the thread's read plan into its ``Snapshot``, and nothing else. After resume
+* ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), and the
+  thread's ``Snapshot`` named as its ``co_read``: the tracer copies the read plan's ranges into it in the
+  stack window's ``process_vm_readv`` (runtime.py), and nothing else happens. After resume
   ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short, the sampler
   stops the thread again and calls ``snapshot`` once more: the chain grew past the plan, and it returns
   None (the hook calls ``capture``), or a code object is new, and it copies that too (``code_ahead.py``).

@@ -61,14 +61,15 @@ class CodeAhead:
     """The code objects a thread's snapshot met and the cache could not name, and the ranges to copy for
     them in the thread's next stop."""
 
-    __slots__ = ("codes", "lengths", "plan", "snap", "taken")
+    __slots__ = ("codes", "lengths", "snap", "taken")
 
     def __init__(self, codes: list[int], lengths: dict[int, int]) -> None:
         self.codes = codes
         self.lengths = lengths  #: address -> bytes the read after resume returned there
-        self.plan = build_plan([], list(lengths.items()))  #: sorted and coalesced, as a thread's plan is
         self.snap = Snapshot()
-        self.snap.fit(self.plan)  # sized now: allocating in the stop would lengthen it
+        # sorted and coalesced, as a thread's plan is; the buffer is sized now: allocating in the stop
+        # would lengthen it
+        self.snap.fit(build_plan([], list(lengths.items())))
         self.taken = False  #: ``take`` copied the ranges in the stop of the snapshot settled next
 
     @classmethod
@@ -93,9 +94,9 @@ class CodeAhead:
                     lengths[addr] = length
         return cls(new, lengths) if new else None
 
-    def take(self, pid: int, tid: int) -> None:
+    def take(self, pid: int) -> None:
         """During the stop, after the thread's snapshot: copy every range with one ``process_vm_readv``."""
-        self.taken = self.snap.take(pid, tid, self.plan)
+        self.taken = self.snap.take(pid)
 
     def decode(self, cache: CodeCache, met: list[int]) -> int:
         """After resume: decode, from the stop's copy alone, the code objects of ``met`` (those the walk of
@@ -113,5 +114,5 @@ class CodeAhead:
         (at most ``size``), if the stop copied them; b"" for anything else (nothing is read now)."""
         size = min(size, self.lengths.get(addr, 0))
         snap = self.snap
-        offset = self.plan.find(addr, size, snap.done) if size else -1
+        offset = snap.plan.find(addr, size, snap.done) if size else -1
         return bytes(snap.view[offset : offset + size]) if offset >= 0 else b""

@@ -77,7 +77,10 @@ class ReadPlan:
         (``local`` is one iovec as a u64 pair); returns how many ranges were copied completely (the kernel
         stops at the first remote iovec that faults)."""
         local[1] = self.total
-        n = process_vm_readv(pid, local, 1, self.remote, self.count, 0)
+        return self.complete(process_vm_readv(pid, local, 1, self.remote, self.count, 0))
+
+    def complete(self, n: int) -> int:
+        """How many ranges a copy of the plan's ranges in order holds whole, ``n`` bytes long (or failed)."""
         return bisect.bisect_right(self.ends, n) if n > 0 else 0
 
     def find(self, addr: int, size: int, done: int) -> int:

@@ -68,9 +68,11 @@ class Snapshot:
     alternated). The bytes are laid out as ``ScatterReader.begin`` lays them out, so the plan's offsets hold.
     One per thread: the thread's next snapshot overwrites it, so it must be walked before that (the sampler
     walks a tick's snapshots in the same tick). The buffer and the iovecs are made when the plan is
-    (``fit``), never during a stop: allocating there would lengthen it."""
+    (``fit``), never during a stop: allocating there would lengthen it. ``plan`` is the plan it was fit for
+    and copies, and is not changed between a copy and its walk: plans are rebuilt between ticks, or in the
+    stop of a walk in full, which copies no snapshot."""
 
-    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "ready", "_local", "_remote", "_pair")
+    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "_local", "_remote", "_pair")
 
     def __init__(self) -> None:
         self.tid = 0
@@ -80,7 +82,6 @@ class Snapshot:
         self.base = ctypes.addressof(self.buffer)
         self.view = memoryview(self.buffer).cast("B")
         self._local = (ctypes.c_uint64 * 2)(self.base, 0)
-        self.ready = EMPTY_PLAN  #: the plan ``read_with_stack`` copies
         #: the copy with a stack window: local iovecs (the window's, then the plan's place), remote iovecs
         #: (the window's, then the plan's ranges)
         self._pair = (ctypes.c_uint64 * 4)()
@@ -100,32 +101,30 @@ class Snapshot:
         self._remote = remote
         self._pair[2] = self.base
         self._pair[3] = plan.total
-        self.ready = plan
+        self.plan = plan
 
     def read_with_stack(self, pid: int, dest: int, addr: int, size: int) -> int:
         """During the stop, for the tracer: ``size`` bytes of the stack window at ``addr`` into ``dest``, and the
-        ranges of the plan ``fit`` made ready, with one ``process_vm_readv``. Returns the window's bytes read
-        (a short read stops at the first unmapped page, and copies nothing of the plan), or -errno; the
-        plan's complete ranges are in ``done``."""
-        plan, remote, pair = self.ready, self._remote, self._pair
+        ranges of its plan, with one ``process_vm_readv``. Returns the window's bytes read (a short read
+        stops at the first unmapped page, and copies nothing of the plan), or -errno; the plan's complete
+        ranges are in ``done``."""
+        remote, pair = self._remote, self._pair
         remote[0] = addr
         remote[1] = pair[1] = size
         pair[0] = dest
-        n = process_vm_readv(pid, pair, 2, remote, 1 + plan.count, 0)
+        n = process_vm_readv(pid, pair, 2, remote, 1 + self.plan.count, 0)
         if n < 0:
             self.done = 0
             return -ctypes.get_errno()
-        self.done = bisect.bisect_right(plan.ends, n - size) if n > size else 0
+        self.done = self.plan.complete(n - size)
         return min(n, size)
 
-    def take(self, pid: int, tid: int, plan: ReadPlan) -> bool:
-        """During the stop, without a stack window: copy every planned range with one syscall. False if the
-        plan is empty or does not fit (it was rebuilt and not yet ``fit``)."""
-        if not plan.count or plan.total > len(self.buffer):
+    def take(self, pid: int) -> bool:
+        """During the stop, without a stack window: copy every range of its plan with one syscall. False if
+        the plan is empty."""
+        if not self.plan.count:
             return False
-        self.done = plan.copy(pid, self._local)
-        self.tid = tid
-        self.plan = plan
+        self.done = self.plan.copy(pid, self._local)
         return True
 
 
@@ -133,16 +132,12 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "plan", "used", "pending", "snap", "co_read", "clean", "tid", "check", "ahead",
-                 "walk_next")
+    __slots__ = ("key", "info", "used", "pending", "snap", "clean", "tid", "check", "ahead", "walk_next")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
         self.info = info
-        self.plan: ReadPlan = EMPTY_PLAN
         self.snap = Snapshot()  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them
-        #: what the tracer copies with the stack window in a stop whose agent data this slot is (runtime.py)
-        self.co_read = self.snap
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then cframes and frames
         #: what the last capture read, whether it missed reads, and the planned range it could not read
         self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
@@ -157,6 +152,20 @@ class ThreadSlot:
         self.ahead: CodeAhead | None = None
         #: its last snapshot fell short of the chain: its next stop walks it (``CPythonSession.capture``)
         self.walk_next = False
+
+    @property
+    def plan(self) -> ReadPlan:
+        """The read plan of the thread's next capture: its snapshot's, which is fit for it when it is set."""
+        return self.snap.plan
+
+    @plan.setter
+    def plan(self, plan: ReadPlan) -> None:
+        self.snap.fit(plan)
+
+    @property
+    def co_read(self) -> Snapshot:
+        """What the tracer copies with the stack window in a stop whose agent data this slot is (runtime.py)."""
+        return self.snap
 
     def note(self, wanted: Wanted | None, missed: bool, unread: tuple[int, int] | None) -> None:
         """During the stop, or after a snapshot's walk: what the capture read, if its plan should change (the
@@ -182,7 +191,6 @@ class ThreadSlot:
             rest = served_ranges(self.plan, self.used[1], rest)
         self.used = (fixed, rest)
         self.plan = build_plan(fixed, rest)
-        self.snap.fit(self.plan)
         self.pending = None
         self.clean = 0
 

@@ -198,12 +198,12 @@ class CPythonSession:
         slot = self._bound_slot(tid if self._native_keys else regs.fs_base, tid)  # type: ignore[attr-defined]
         if slot is None or slot.pending is not None or slot.walk_next:
             return None
-        snap, plan = slot.snap, slot.plan
-        if not plan.count or snap.ready is not plan:
+        snap = slot.snap
+        if not snap.plan.count:
             return None
-        snap.tid, snap.plan, snap.done = tid, plan, 0  # nothing is copied until the tracer's read
+        snap.tid, snap.done = tid, 0  # nothing is copied until the tracer's read
         if slot.ahead is not None:
-            slot.ahead.take(self._reader.pid, tid)  # new code objects its last snapshot met (``code_ahead.py``)
+            slot.ahead.take(self._reader.pid)  # new code objects its last snapshot met (``code_ahead.py``)
         return slot
 
     def settle(self, data: object) -> object:

@@ -55,8 +55,6 @@ GENERATION_MASK = 0xFFFF
 SHIM_KEY = 1
 #: RuntimeFrame.code of a code object that could not be decoded
 UNKNOWN_KEY = 2
-#: what ``identify`` returns, with decoding off, for a code object it does not know (never a frame's key)
-UNDECODED = 3
 
 
 #: a live code object's ob_refcnt is below this (3.12+ immortal ones hold _Py_IMMORTAL_REFCNT = UINT_MAX,
@@ -134,16 +132,6 @@ class CodeCache:
         self._generation: dict[int, int] = {}
         self.version = 0  #: code objects registered so far (``code_check.HeaderCheck``)
         self.stats = CodeStats()
-
-    def identify(self, addr: int, raw: bytes | memoryview, offset: int, decode: bool = True) -> int | None:
-        """The key of the code object at ``addr`` whose identity header was captured at ``raw[offset:]``;
-        None if it is not a code object (the caller truncates the stack there). A code object not seen
-        before is decoded now, so call this during the stop only; with ``decode`` False it is not, and
-        ``UNDECODED`` says so."""
-        found = self.lookup(addr, raw, offset)
-        if not isinstance(found, tuple):
-            return found
-        return self._decode_all({addr: found})[addr] if decode else UNDECODED
 
     def lookup(
         self, addr: int, raw: bytes | memoryview, offset: int, counted: bool = True

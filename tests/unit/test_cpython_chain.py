@@ -808,7 +808,7 @@ def test_a_snapshots_code_objects_are_identified_after_resume(target, case):
     session, frames = planned_chain(target)
     c = target.layout.code
     other = target.code("other", 70, version=9)
-    assert session.codes.identify(other, target.read(other, c.size), 0) is not None  # decoded in another stop
+    assert session.codes.decode_copied(other, target.read) is not None  # decoded in another stop
     if case == "unreadable":  # known at an address unmapped since
         session.codes._by_addr[UNMAPPED] = session.codes._by_addr[other]
         other = UNMAPPED

@@ -262,13 +262,15 @@ class CPythonSession:
             self.stats.recaptured += 1
             data.walk_next = True  # the chain grew past the plan: the next stop walks it
             return RECAPTURE
-        if ahead is not None and out.late_codes:
-            self.stats.decoded_ahead += ahead.decode(self.codes, out.late_codes)
+        if ahead is not None:
+            self.stats.decoded_ahead += ahead.decode(self.codes, self._codes_met(out))
         confirmed = self._identify_codes(data, out.late_codes)
         if confirmed is None or not self.codes.decode_new(out, decode=False):  # known code objects only
-            # a code object not decoded yet, or no longer the one decoded: the next stop copies it too
+            # a code object not decoded yet, or no longer the one decoded (if the cache knows them all, one
+            # of them changed): the next stop copies it too
             self.stats.recaptured += 1
-            data.ahead = CodeAhead.of(self.codes, self._met(out))
+            met = self._codes_met(out)
+            data.ahead = CodeAhead.of(self.codes, self.codes.unknown(met) or met)
             data.walk_next = data.ahead is None
             return RECAPTURE
         out.code_keys.update(confirmed)
@@ -278,11 +280,10 @@ class CPythonSession:
             self.walks.lost(snap.tid)
         return out
 
-    def _met(self, out: StackCapture) -> list[int]:
-        """The code objects a snapshot's walk met that may need decoding: those the cache does not know; if
-        it knows them all, one of them changed (``SessionStats.code_changed``): all of them."""
-        codes = [code for code, offset in out.code_headers.items() if offset != -2]
-        return self.codes.unknown(codes) or codes
+    @staticmethod
+    def _codes_met(out: StackCapture) -> list[int]:
+        """The code objects a walk met, shims' aside (their code is never decoded)."""
+        return [code for code, offset in out.code_headers.items() if offset != -2]
 
     def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The code cache's reads of several ranges during a stop (``CodeCache._decode_all``): one scatter

@@ -7,7 +7,7 @@ stack would keep the thread stopped ~50 us for its reads alone.
 
 But a thread's chain changes little between two samples. So each thread keeps a ``ReadPlan`` (``plan.py``):
 the ranges its previous capture needed. One scatter read fetches them all at the start of the next capture
-(into the thread's ``Snapshot``, kept in its ``ThreadSlot``); the walk then takes each frame from that copy if
+(into the thread's ``Snapshot``, kept in its ``slot.ThreadSlot``); the walk then takes each frame from that copy if
 its address was in the plan and reads only the addresses that are new. The copy is exact, not a guess: every
 byte was read during *this* stop, so whatever lives at a planned address now is what the walk sees. A stale
 plan only costs the extra reads, and a planned address that became unmapped just ends the scatter read early
@@ -20,29 +20,13 @@ import bisect
 import ctypes
 import mmap
 import struct
-from typing import TYPE_CHECKING
 
-from agents.cpython.plan import (
-    EMPTY_PLAN,
-    IOV_MAX,
-    FixedRanges,
-    SHRINK_AFTER,
-    ReadPlan,
-    build_plan,
-    next_ranges,
-    served_ranges,
-)
-from agents.cpython.threads import ThreadStateInfo
+from agents.cpython.plan import EMPTY_PLAN, IOV_MAX, FixedRanges, ReadPlan
 
 # python-ptrace has no process_vm_readv; profiler.target.ptrace binds it through ctypes, without argtypes
 # (iovec arrays go as their address, counts as C ints). Its binding is reused here rather than declared a
 # second time. Every iovec here is a pair of u64s (iov_base, iov_len): the kernel's struct iovec on x86-64.
 from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
-
-if TYPE_CHECKING:  # capture.py (and through it code.py) imports this module
-    from agents.cpython.capture import Wanted
-    from agents.cpython.code_ahead import CodeAhead
-    from agents.cpython.code_check import HeaderCheck
 
 _U64 = struct.Struct("<Q")
 
@@ -126,73 +110,6 @@ class Snapshot:
             return False
         self.done = self.plan.copy(pid, self._local)
         return True
-
-
-class ThreadSlot:
-    """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
-    the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
-
-    __slots__ = ("key", "info", "used", "pending", "snap", "clean", "tid", "check", "ahead", "walk_next")
-
-    def __init__(self, key: int, info: ThreadStateInfo) -> None:
-        self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
-        self.info = info
-        self.snap = Snapshot()  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them
-        self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then cframes and frames
-        #: what the last capture read, whether it missed reads, and the planned range it could not read
-        self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None
-        self.clean = 0  #: captures this plan has served without a miss since it was built
-        #: the OS thread captured by this slot since the last walk of the thread lists (0: none yet). On
-        #: <=3.10 the key is the pthread handle, which glibc gives a new thread when it hands it an exited
-        #: thread's cached stack: a capture for another tid finds the slot stale (``CPythonSession``)
-        self.tid = 0
-        #: the code objects its last settled snapshot met, and how to check them (``code_check.py``)
-        self.check: HeaderCheck | None = None
-        #: what the thread's next stop copies besides the plan: the new code objects its last snapshot met
-        self.ahead: CodeAhead | None = None
-        #: its last snapshot fell short of the chain: its next stop walks it (``CPythonSession.capture``)
-        self.walk_next = False
-
-    @property
-    def plan(self) -> ReadPlan:
-        """The read plan of the thread's next capture: its snapshot's, which is fit for it when it is set."""
-        return self.snap.plan
-
-    @plan.setter
-    def plan(self, plan: ReadPlan) -> None:
-        self.snap.fit(plan)
-
-    @property
-    def co_read(self) -> Snapshot:
-        """What the tracer copies with the stack window in a stop whose agent data this slot is (runtime.py)."""
-        return self.snap
-
-    def note(self, wanted: Wanted | None, missed: bool, unread: tuple[int, int] | None) -> None:
-        """During the stop, or after a snapshot's walk: what the capture read, if its plan should change (the
-        plan is rebuilt after resume). A plan that missed reads is rebuilt at once. One that read everything
-        but holds more than twice what the capture needed (``ChainCopier.copy`` asks) is cut back, once it
-        has served SHRINK_AFTER captures without a miss since it was built, to this capture's reads and
-        the ranges any walk used meanwhile (``plan.served_ranges``)."""
-        if not missed:
-            self.clean += 1
-            if self.clean < SHRINK_AFTER:
-                return
-        if wanted is not None:  # None: nothing to plan from (a stale thread state, a plan that fits)
-            self.pending = (wanted, missed, unread)
-
-    def rebuild(self) -> None:
-        """After resume: the plan for what the last capture asked (nothing to do if it asked nothing)."""
-        if self.pending is None:
-            return
-        (fixed, rest), missed, unread = self.pending
-        if missed:
-            rest = next_ranges(self.used[1], rest, unread)
-        else:
-            rest = served_ranges(self.plan, self.used[1], rest)
-        self.used = (fixed, rest)
-        self.plan = build_plan(fixed, rest)
-        self.pending = None
-        self.clean = 0
 
 
 class ScatterReader:

@@ -35,7 +35,8 @@ from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
-from agents.cpython.scatter import ScatterReader, ThreadSlot
+from agents.cpython.scatter import ScatterReader
+from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame

@@ -21,7 +21,8 @@ from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.offsets import TABLES
 from agents.cpython.plan import SHRINK_AFTER, build_plan
-from agents.cpython.scatter import PAGE_SIZE, ScatterReader, ThreadSlot
+from agents.cpython.scatter import PAGE_SIZE, ScatterReader
+from agents.cpython.slot import ThreadSlot
 from agents.cpython.session import CPythonSession, SessionStats
 from agents.cpython.threads import ThreadStateInfo, WalkSchedule, walk_thread_states
 from profiler.runtime import RECAPTURE

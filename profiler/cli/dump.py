@@ -22,6 +22,7 @@ from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
+from profiler.tree.calltree import expand_stack
 
 #: proc(5) state letters, as words
 STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
@@ -88,19 +89,15 @@ def snapshot(
         raise
     resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
     threads = []
-    info = session.frame_info or []
     kinds = session.frames.kinds()
     for (thread, stack, _stop, cls), _n in session.samples.items():
         t = session.threads[thread]
         frames: list[DumpFrame] = []
         runtime_locals = local_vars.get(t.tid, [])
         python_seen = 0
-        for fid in reversed(session.stacks.frames(stack)):
+        for fid, info in reversed(expand_stack(session, session.stacks.frames(stack), lambda fid: True)):
             python = int(kinds[fid]) == FrameKind.RUNTIME
-            address = None if python else _avma(session, fid)
-            for inline in reversed(session.inlined.get(fid, [])):  # inlined calls sit above their frame
-                frames.append(DumpFrame(inline, False, address))
-            frame = DumpFrame(info[fid], python, address)
+            frame = DumpFrame(info, python, None if python else _avma(session, fid))
             if python:
                 if python_seen < len(runtime_locals):
                     frame.locals = runtime_locals[python_seen]

@@ -7,11 +7,11 @@ number of distinct stacks whatever the recording's length.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profiler.config import ExportConfig
-from profiler.model import FrameInfo, SampleClass
+from profiler.model import FrameInfo, FrameKind, SampleClass
 from profiler.sampling.session import Session
 
 
@@ -43,15 +43,39 @@ def frame_filter(session: Session, config: ExportConfig) -> Callable[[int], bool
 
 
 def stack_display(session: Session, sid: int, keep: Callable[[int], bool]) -> list[FrameInfo]:
-    """What a person sees for stack ``sid``, outermost first: each frame's function, then the calls
-    inlined into it at that address (each its own frame), without hidden frames."""
+    """What a person sees for stack ``sid``, outermost first, without hidden frames (``expand_stack``)."""
+    return [info for _fid, info in expand_stack(session, session.stacks.frames(sid), keep)]
+
+
+def expand_stack(session: Session, fids: Sequence[int], keep: Callable[[int], bool]) -> list[tuple[int, FrameInfo]]:
+    """Frame ids ``fids`` (outermost first) as shown, each with the frame id it came from: each frame's
+    function, then the calls inlined into it at that address, each its own frame.
+
+    One exception keeps the order true: the calls inlined into an eval loop (``do_call_core``,
+    ``eval_frame_handle_pending``, ``call_function`` in CPython) run on behalf of the newest runtime frame
+    that loop activation executes, so when runtime frames were interleaved at an interpreter frame, its
+    inlined calls come after them, not between the loop and the Python functions it runs.
+    """
     info = session.frame_info or []
     inlined = session.inlined
-    out: list[FrameInfo] = []
-    for fid in session.stacks.frames(sid):
-        if keep(fid):
-            out.append(info[fid] if fid < len(info) else FrameInfo(f"#{fid}"))
-            out.extend(inlined.get(fid, ()))
+    kinds = session.frames.kinds()
+    out: list[tuple[int, FrameInfo]] = []
+    deferred: list[tuple[int, FrameInfo]] = []
+    for i, fid in enumerate(fids):
+        runtime = int(kinds[fid]) == FrameKind.RUNTIME
+        if deferred and not runtime:
+            out.extend(deferred)
+            deferred = []
+        if not keep(fid):
+            continue
+        frame = info[fid] if fid < len(info) else FrameInfo(f"#{fid}")
+        out.append((fid, frame))
+        calls = [(fid, f) for f in inlined.get(fid, ())]
+        if frame.interpreter and i + 1 < len(fids) and int(kinds[fids[i + 1]]) == FrameKind.RUNTIME:
+            deferred = calls
+        else:
+            out.extend(calls)
+    out.extend(deferred)
     return out
 
 

@@ -43,6 +43,15 @@ def python_part(stack: tuple, path: str) -> tuple[str, ...]:
     return tuple(name for name, file, _line in stack if file == path)
 
 
+def eval_loop_runs(stack: tuple, path: str) -> bool:
+    """Every frame of the script ``path`` follows another of its frames or the eval loop itself."""
+    return all(
+        before[1] == path or before[0] == "_PyEval_EvalFrameDefault"
+        for before, frame in zip(stack, stack[1:])
+        if frame[1] == path
+    )
+
+
 @pytest.mark.parametrize("interp", INTERPRETERS)
 def test_pure_python_chain(interp, tmp_path):
     path = script("chain.py")
@@ -178,6 +187,11 @@ def test_ctypes_qsort_calls_back_into_python(interp, tmp_path):
     hit, total = share(in_comparator, lambda s: subsequence(tuple(plain(n) for n in s), order))
     assert total > 0.5 * sum(profile.stacks.values())
     assert hit / total >= 0.95, f"{hit}/{total} comparator samples read {' -> '.join(order)}"
+    # each Python frame sits right under the eval loop running it: the calls inlined into the loop at that
+    # pc (call_function, _PyObject_VectorcallTstate...) ran for the Python frame, so they come after it
+    in_comparator = {s: w for s, w in profile.detailed.items() if "py_comparator" in python_part(s, path)}
+    under_loop, total = share(in_comparator, lambda s: eval_loop_runs(s, path))
+    assert under_loop / total >= 0.95, f"{under_loop}/{total} samples have each Python frame under its eval loop"
     # each call through C enters the eval loop again (on 3.11/3.12 at a new tstate->cframe): read plans
     # keep the places seen, so the walk after resume rarely needs a second stop
     counters = Session.load(str(tmp_path / "qsort.nprof")).counters

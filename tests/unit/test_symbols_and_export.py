@@ -157,6 +157,42 @@ def test_folded_merges_threads_unless_asked():
     assert "main (tid 7);root [prog];mid [prog];leaf [prog] 60\n" in per_thread
 
 
+def session_with_eval_loop(leaf_native: bool) -> Session:
+    """main -> eval loop (do_call_core inlined at the pc) running py_outer, py_inner -> [C call]."""
+    session = Session(SessionMeta(pid=7, command=["python3"], duration=1.0))
+    native = lambda addr: (FrameKind.NATIVE, 0, addr, 0)  # noqa: E731
+    python = lambda code: (FrameKind.RUNTIME, 0, code, 0)  # noqa: E731
+    leaf = (native(4),) if leaf_native else ()
+    sid = session.intern_stack(leaf + (python(0x20), python(0x10), native(2), native(1)))
+    session.add_sample(session.thread_index(7, 7, 1, "main"), sid, StopReason.END_OF_STACK, SampleClass.RUNNING, 5)
+    names = {(FrameKind.NATIVE, 1): "main", (FrameKind.NATIVE, 2): "_PyEval_EvalFrameDefault",
+             (FrameKind.NATIVE, 4): "PyObject_Vectorcall", (FrameKind.RUNTIME, 0x10): "py_outer",
+             (FrameKind.RUNTIME, 0x20): "py_inner"}  # fmt: skip
+    infos = []
+    for fid in range(len(session.frames)):
+        kind, _module, address, _offset = session.frames.key(fid)
+        name = names[(FrameKind(kind), address)]
+        infos.append(FrameInfo(name, module="python3", interpreter=name.startswith("_PyEval")))
+        if name.startswith("_PyEval"):
+            session.inlined[fid] = [FrameInfo("do_call_core", module="python3", inlined=True)]
+        if name == "main":
+            session.inlined[fid] = [FrameInfo("run_main", module="python3", inlined=True)]
+    session.frame_info = infos
+    return session
+
+
+@pytest.mark.parametrize("leaf_native", [True, False])
+def test_calls_inlined_into_the_eval_loop_follow_its_python_frames(leaf_native):
+    """do_call_core runs for py_inner, the newest frame its activation executes: it is shown under py_inner,
+    not between the eval loop and py_outer. Inlined calls of other frames stay right under their frame."""
+    text = FoldedExporter().render(session_with_eval_loop(leaf_native), ExportConfig()).decode()
+    names = [frame.split(" ")[0] for frame in text.rsplit(" ", 1)[0].split(";")]
+    expected = ["main", "run_main", "_PyEval_EvalFrameDefault", "py_outer", "py_inner", "do_call_core"]
+    assert names == expected + (["PyObject_Vectorcall"] if leaf_native else [])
+    hidden = FoldedExporter().render(session_with_eval_loop(leaf_native), ExportConfig(hide_interpreter=True))
+    assert "do_call_core" not in hidden.decode(), "hidden with the eval loop it was inlined into"
+
+
 @pytest.mark.parametrize(
     "path, fmt", [("a.speedscope.json", "speedscope"), ("x.json", "speedscope"), ("p.folded", "folded"), ("s.nprof", "nprof")]
 )

@@ -100,12 +100,20 @@ class SampledProcesses:
 
     def look_again(self) -> None:
         """Between ticks, at most every ``children.SCAN_INTERVAL``: children born and processes that exec'd
-        since the last look, and runtimes that fresh processes have loaded since."""
-        if not self.children.due():
+        since the last look, and runtimes that fresh processes have loaded since; the runtimes of processes
+        started just now at every call (``target.DETECT_SOON``)."""
+        scan = self.children.due()
+        if scan:
+            self._follow_children()
+        elif not self._detection_soon():
             return
-        self._follow_children()
         self._retry_detection()
         self._note_agents()  # an exec may have replaced a target, a fresh one may have found its runtime
+
+    def _detection_soon(self) -> bool:
+        """Some process started just now still waits for its runtime."""
+        now = time.monotonic()
+        return any(t.detection_pending and now < t.detect_soon_until for t in self.targets.values())
 
     def give_up_detection(self) -> None:
         """At the end: processes still waiting for their runtime are profiled natively, and the user is told;

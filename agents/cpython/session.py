@@ -45,6 +45,10 @@ from profiler.target.process import TargetProcess
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
+#: a thread missing from the names read has them read again after this long at the soonest: it may have
+#: started since (the sampler asks for each new thread's name a few times, at most every
+#: ``sampler.NAMING_INTERVAL``, so a short-lived thread is named before it exits)
+NAMES_MISSING_AGE = 0.25
 #: captures of the main thread without a thread state, and none with one, before the end of a recording
 #: says Python frames were never read: a few are normal while a fresh interpreter starts up
 MAIN_UNMAPPED_NOTICE = 20
@@ -360,7 +364,10 @@ class CPythonSession:
     def thread_name(self, tid: int, fs_base: int = 0) -> str | None:
         """The Python name of an OS thread (3.8-3.10 need its ``fs_base`` to find its thread state)."""
         info = self.thread_state_of(tid, fs_base)
-        return self.python_thread_names().get(info.thread_id) if info is not None else None
+        if info is None:
+            return None
+        name = self.python_thread_names().get(info.thread_id)
+        return name if name is not None else self.python_thread_names(NAMES_MISSING_AGE).get(info.thread_id)
 
     def holds_gil(self, capture: StackCapture | None) -> bool | None:
         """Whether the thread held the GIL at its stop; None if unknown (no thread state, unreadable)."""

@@ -38,6 +38,8 @@ class ThreadState:
     last_stack: int | None = None
     last_stop: StopReason = StopReason.REUSED
     last_class: SampleClass = SampleClass.RUNNING
+    runtime_named: bool = False  #: the runtime has named the thread (``Sampler._name_threads``)
+    name_looks: int = 0  #: times the runtime was asked for its name without an answer
 
     def sampled(self) -> None:
         """The stop in progress yielded a sample: later idle checks compare against the schedstat read

@@ -261,6 +261,22 @@ def test_threads(interp, tmp_path):
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)
+def test_threads_keep_their_python_names_after_they_exit(interp, tmp_path):
+    """A thread's Python name is read while it lives: one that exits before the recording ends, and every
+    thread when the program exits first (the usual `nprof record -- python app.py`), keeps it."""
+    out = str(tmp_path / "names.speedscope.json")
+    code = ("import threading, time\ndef spin(s):\n    t = time.time()\n    while time.time() - t < s:\n        pass\n"
+            "a = threading.Thread(target=spin, args=(0.5,), name='exits-early')\n"
+            "b = threading.Thread(target=spin, args=(1.5,), name='exits-last')\n"
+            "a.start(); b.start(); a.join(); b.join()\n")  # fmt: skip
+    result = run_nprof("record", "-o", out, "--", interp.path, "-c", code)
+    assert result.returncode == 0, result.stderr
+    names = [p.name for p in read_speedscope(out)]
+    for thread in ("exits-early", "exits-last"):
+        assert any(n.startswith(f"{thread} (") for n in names), names
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
 def test_dump_blocked_target(interp):
     path = script("blocked.py")
     with running_target([interp.path, path], ready_at=2) as target:

@@ -62,6 +62,8 @@ RECAPTURE = object()
 #: * ``is_gil_wait(frame) -> bool``: a native frame of the runtime's lock wait (CPython's ``take_gil``).
 #: * ``is_interpreter_frame(frame) -> bool``: the interpreter's own glue between its eval loop and a C call,
 #:   hidden by ``--hide-interpreter``.
+#: * ``is_interpreter_function(name) -> bool``: the same, by a function's name, for the copies of that glue
+#:   inlined into other functions (DWARF names them; they have no address range of their own).
 #: * ``thread_name(tid, fs_base) -> str | None``: the runtime's name for a thread.
 #: * ``locals(capture) -> list[list[tuple[str, str]]]``: per runtime frame, (name, value text) pairs; called
 #:   while the thread is still stopped (``nprof dump --locals``).
@@ -70,7 +72,8 @@ RECAPTURE = object()
 #: * ``notices() -> list[str]``: at the end of a recording, what the user must be told about it (the runtime's
 #:   frames could not be read at all...), one line each.
 OPTIONAL_SESSION_METHODS = (
-    "snapshot", "settle", "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame", "thread_name",
+    "snapshot", "settle", "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame",
+    "is_interpreter_function", "thread_name",
     "locals", "counters", "notices",
 )  # fmt: skip
 

@@ -48,6 +48,12 @@ _KINDS = {name: (name in EVAL_FUNCTIONS, name in GIL_WAIT_FUNCTIONS, name in CAL
 _OTHER = (False, False, False)
 
 
+def is_call_glue(name: str) -> bool:
+    """A call-path function by name (an inlined copy, named by DWARF, or a split part such as ``.cold``)."""
+    base = name.partition(".")[0]
+    return base in CALL_GLUE or _CALL_GLUE_SUBSTRING.search(base) is not None
+
+
 class AddressRanges:
     """Sorted, non-overlapping ``[start, end)`` ranges with a bisect lookup."""
 

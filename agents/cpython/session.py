@@ -27,7 +27,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from agents.cpython.anchors import InterpreterFunctions
+from agents.cpython.anchors import InterpreterFunctions, is_call_glue
 from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, CodeCache
 from agents.cpython.code_ahead import CodeAhead
@@ -413,6 +413,11 @@ class CPythonSession:
     def is_interpreter_frame(self, frame: NativeFrame) -> bool:
         """The eval loop and the call glue between it and a C function (for ``--hide-interpreter``)."""
         return self.functions.is_interpreter_frame(frame)
+
+    def is_interpreter_function(self, name: str) -> bool:
+        """The same call glue by name, for its copies inlined into other functions (``--hide-interpreter``):
+        ``PyObject_Vectorcall`` inlined into ``builtin_sorted``, ``_PyObject_VectorcallTstate`` into most."""
+        return is_call_glue(name)
 
     def is_gil_wait(self, frame: NativeFrame) -> bool:
         """``take_gil``: a thread with this frame on its native stack is waiting for the GIL."""

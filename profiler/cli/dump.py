@@ -95,7 +95,7 @@ def snapshot(
         frames: list[DumpFrame] = []
         runtime_locals = local_vars.get(t.tid, [])
         python_seen = 0
-        for fid, info in reversed(expand_stack(session, session.stacks.frames(stack), lambda fid: True)):
+        for fid, info in reversed(expand_stack(session, session.stacks.frames(stack), lambda frame: True)):
             python = int(kinds[fid]) == FrameKind.RUNTIME
             frame = DumpFrame(info, python, None if python else _avma(session, fid))
             if python:

@@ -27,7 +27,7 @@ class FoldedExporter:
     extensions = (".folded", ".txt", ".collapsed")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        keep = frame_filter(session, config)
+        keep = frame_filter(config)
         lines: dict[str, int] = defaultdict(int)
         for thread, per in stack_counts(session, config).items():
             prefix = ""

@@ -55,7 +55,7 @@ class SpeedscopeExporter:
                 shared.append(_frame(f))
             return i
 
-        keep = frame_filter(session, config)
+        keep = frame_filter(config)
         seconds_per_sample = _seconds_per_sample(session)
         profiles = []
         multi_process = len({t.pid for t in session.threads}) > 1

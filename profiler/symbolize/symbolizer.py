@@ -86,7 +86,7 @@ def symbolize(
             else:
                 out[fid] = FrameInfo(name, module=label)
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
-    _mark_interpreter_frames(session, infos, agents or {}, kinds, modules, addresses)
+    _mark_interpreter_frames(session, infos, inlined, agents or {}, kinds, modules, addresses)
     return Symbolized(infos, inlined)
 
 
@@ -142,12 +142,22 @@ def _runtime_info(
 def _mark_interpreter_frames(
     session: Session,
     infos: list[FrameInfo],
+    inlined: dict[int, list[FrameInfo]],
     agents: Mapping[str, AgentSession],
     kinds: object,
     modules: object,
     addresses: object,
 ) -> None:
-    """Flag the native frames an agent calls its interpreter's own glue (for --hide-interpreter)."""
+    """Flag the native frames an agent calls its interpreter's own glue (for --hide-interpreter): by address
+    for out-of-line frames, by name for the copies inlined into other functions."""
+    by_name = [a.is_interpreter_function for a in agents.values() if hasattr(a, "is_interpreter_function")]
+    if by_name:
+        for fid, chain in inlined.items():
+            if any(not f.interpreter and any(check(f.name) for check in by_name) for f in chain):
+                inlined[fid] = [
+                    dataclasses.replace(f, interpreter=True) if any(check(f.name) for check in by_name) else f
+                    for f in chain
+                ]
     checks = [a.is_interpreter_frame for a in agents.values() if hasattr(a, "is_interpreter_frame")]
     if not checks:
         return

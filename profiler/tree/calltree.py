@@ -33,23 +33,25 @@ def stack_counts(session: Session, config: ExportConfig) -> dict[int, dict[int, 
     return dict(out)
 
 
-def frame_filter(session: Session, config: ExportConfig) -> Callable[[int], bool]:
-    """Predicate on frame ids: False for frames ``config`` hides."""
-    info = session.frame_info or []
+def frame_filter(config: ExportConfig) -> Callable[[FrameInfo], bool]:
+    """Predicate on frames, out-of-line or inlined: False for those ``config`` hides."""
     if not config.hide_interpreter:
-        return lambda fid: True
-    hidden = {fid for fid, f in enumerate(info) if f.interpreter}
-    return lambda fid: fid not in hidden
+        return lambda frame: True
+    return lambda frame: not frame.interpreter
 
 
-def stack_display(session: Session, sid: int, keep: Callable[[int], bool]) -> list[FrameInfo]:
+def stack_display(session: Session, sid: int, keep: Callable[[FrameInfo], bool]) -> list[FrameInfo]:
     """What a person sees for stack ``sid``, outermost first, without hidden frames (``expand_stack``)."""
     return [info for _fid, info in expand_stack(session, session.stacks.frames(sid), keep)]
 
 
-def expand_stack(session: Session, fids: Sequence[int], keep: Callable[[int], bool]) -> list[tuple[int, FrameInfo]]:
+def expand_stack(
+    session: Session, fids: Sequence[int], keep: Callable[[FrameInfo], bool]
+) -> list[tuple[int, FrameInfo]]:
     """Frame ids ``fids`` (outermost first) as shown, each with the frame id it came from: each frame's
-    function, then the calls inlined into it at that address, each its own frame.
+    function, then the calls inlined into it at that address, each its own frame; each left out where
+    ``keep`` says so, an inlined call on its own (a call helper inlined into a C function is hidden with
+    ``--hide-interpreter`` just as its out-of-line copy is).
 
     One exception keeps the order true: the calls inlined into an eval loop (``do_call_core``,
     ``eval_frame_handle_pending``, ``call_function`` in CPython) run on behalf of the newest runtime frame
@@ -66,11 +68,10 @@ def expand_stack(session: Session, fids: Sequence[int], keep: Callable[[int], bo
         if deferred and not runtime:
             out.extend(deferred)
             deferred = []
-        if not keep(fid):
-            continue
         frame = info[fid] if fid < len(info) else FrameInfo(f"#{fid}")
-        out.append((fid, frame))
-        calls = [(fid, f) for f in inlined.get(fid, ())]
+        if keep(frame):
+            out.append((fid, frame))
+        calls = [(fid, f) for f in inlined.get(fid, ()) if keep(f)]
         if frame.interpreter and i + 1 < len(fids) and int(kinds[fids[i + 1]]) == FrameKind.RUNTIME:
             deferred = calls
         else:
@@ -89,7 +90,7 @@ class FunctionTotal:
 def function_totals(session: Session, config: ExportConfig) -> tuple[list[FunctionTotal], int]:
     """Per function: samples where it is the leaf (self) and where it is anywhere (total, once per
     sample even when it recurses). Returns the totals, most self first, and the number of samples."""
-    keep = frame_filter(session, config)
+    keep = frame_filter(config)
     self_n: dict[str, int] = defaultdict(int)
     total_n: dict[str, int] = defaultdict(int)
     samples = 0

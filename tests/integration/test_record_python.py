@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from agents.cpython.anchors import is_call_glue
 from profiler.model import FrameKind, SampleClass
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
@@ -216,6 +217,26 @@ def test_calls_into_python_from_a_builtin_keep_their_stack(interp, tmp_path):
     counters = Session.load(str(tmp_path / "sorted.nprof")).counters
     broken = counters.get("merge_mismatch", 0) + counters.get("python_stacks_truncated", 0)
     assert broken <= 0.01 * counters.get("python_stacks_snapshots", 1), counters
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_hide_interpreter(interp, tmp_path):
+    """``--hide-interpreter`` leaves no call glue, out-of-line or inlined into another function (3.8-3.10
+    inline ``PyObject_Vectorcall`` into ``builtin_sorted``), and keeps the order of what remains."""
+    path = script("callbacks.py")
+    out = str(tmp_path / "hidden.speedscope.json")
+    with running_target([interp.path, path, "sorted"], ready_at=2) as target:
+        record(target.pid, out, "--hide-interpreter")
+    [profile] = read_speedscope(out)
+    glue = {n for s in profile.stacks for n in s if is_call_glue(n)}
+    assert not glue, f"call glue left: {sorted(glue)}"
+    order = ("main", "py_caller", "builtin_sorted", "py_caller.<locals>.<lambda>" if interp.version >= (3, 11)
+             else "<lambda>")  # fmt: skip
+    in_sorted, total = share(profile.stacks, lambda s: subsequence(s, order[:3]))
+    assert in_sorted / total >= 0.95, f"{in_sorted}/{total} samples read {' -> '.join(order[:3])}"
+    in_key = {s: w for s, w in profile.stacks.items() if order[-1] in s}
+    hit, total = share(in_key, lambda s: subsequence(s, order))
+    assert total > 0 and hit / total >= 0.95, f"{hit}/{total} samples of the key function read {' -> '.join(order)}"
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)

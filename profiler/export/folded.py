@@ -1,6 +1,7 @@
 """Folded stacks ("collapsed" format of Brendan Gregg's stackcollapse scripts): one line per distinct stack,
 frames root first separated by ';', then a space and the sample count. flamegraph.pl, inferno and speedscope
-read it."""
+read it. A session of several processes (``--subprocesses``) has each process as a root frame, and
+``--threads`` puts each thread under it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import defaultdict
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import frame_filter, stack_counts, stack_display
+from profiler.tree.calltree import frame_filter, process_labels, stack_counts, stack_display
 
 
 def folded_name(frame: FrameInfo) -> str:
@@ -29,11 +30,11 @@ class FoldedExporter:
     def render(self, session: Session, config: ExportConfig) -> bytes:
         keep = frame_filter(config)
         lines: dict[str, int] = defaultdict(int)
+        processes = process_labels(session)
         for thread, per in stack_counts(session, config).items():
-            prefix = ""
-            if config.threads:
-                t = session.threads[thread]
-                prefix = f"{t.name} (tid {t.tid})".replace(";", ":") + ";"
+            t = session.threads[thread]
+            roots = [processes.get(t.pid), f"{t.name} (tid {t.tid})" if config.threads else None]
+            prefix = "".join(root.replace(";", ":") + ";" for root in roots if root is not None)
             for sid, n in per.items():
                 frames = stack_display(session, sid, keep)
                 if frames:

@@ -14,7 +14,7 @@ from profiler import __version__
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import frame_filter, stack_counts, stack_display
+from profiler.tree.calltree import frame_filter, process_labels, stack_counts, stack_display
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 
@@ -58,7 +58,7 @@ class SpeedscopeExporter:
         keep = frame_filter(config)
         seconds_per_sample = _seconds_per_sample(session)
         profiles = []
-        multi_process = len({t.pid for t in session.threads}) > 1
+        processes = process_labels(session)
         for thread, per in stack_counts(session, config).items():
             samples: list[list[int]] = []
             weights: list[float] = []
@@ -71,11 +71,8 @@ class SpeedscopeExporter:
                 continue
             t = session.threads[thread]
             name = f"{t.name} (tid {t.tid})"
-            if multi_process:
-                command = " ".join(session.meta.processes.get(t.pid, []))
-                if len(command) > 60:
-                    command = command[:57] + "..."
-                name = f"pid {t.pid} [{command}]: {name}"
+            if t.pid in processes:
+                name = f"{processes[t.pid]}: {name}"
             total = sum(weights)
             profiles.append(
                 {

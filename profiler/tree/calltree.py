@@ -80,6 +80,19 @@ def expand_stack(
     return out
 
 
+def process_labels(session: Session) -> dict[int, str]:
+    """pid -> ``pid N [command]`` (the command cut to 60 characters) for a session of several processes
+    (``--subprocesses``); empty for a session of one, whose every profile is that process's."""
+    pids = {t.pid for t in session.threads}
+    if len(pids) <= 1:
+        return {}
+    labels = {}
+    for pid in pids:
+        command = " ".join(session.meta.processes.get(pid, []))
+        labels[pid] = f"pid {pid} [{command[:57] + '...' if len(command) > 60 else command}]"
+    return labels
+
+
 @dataclass(frozen=True)
 class FunctionTotal:
     label: str

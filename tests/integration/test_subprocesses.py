@@ -55,6 +55,14 @@ def test_children_are_followed(forker_fp, chain_fp, tmp_path):
         pid for pid, ps in by_pid.items() if any(ends_with(s, ("a", "b", "c", "spin")) for p in ps for s in p.stacks)
     ]
     assert any(chain_fp in p.name for p in by_pid[exec_child[0]]), "a child's profile names its command line"
+    # folded output has each process as a root frame, so processes are not merged into one tree
+    folded = str(tmp_path / "family.folded")
+    result = run_nprof("report", str(tmp_path / "family.nprof"), "-o", folded)
+    assert result.returncode == 0, result.stderr
+    with open(folded) as f:
+        roots = {line.split(";", 1)[0] for line in f}
+    assert {int(r.split()[1]) for r in roots} == set(by_pid) and all(r.startswith("pid ") for r in roots), roots
+    assert any(chain_fp in r for r in roots if int(r.split()[1]) == exec_child[0]), roots
 
 
 #: a parent that starts a busy child, waits until nprof traces it, kills it with SIGTERM and exits 0

@@ -80,6 +80,12 @@ def chain_fp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def epilogue_fp(build_dir) -> str:
+    """tests/targets/epilogue.c with frame pointers: samples in epilogues, after `pop %rbp`."""
+    return build_c("epilogue.c", build_dir, FRAME_POINTERS, name="epilogue-fp")
+
+
+@pytest.fixture(scope="session")
 def threads_fp(build_dir) -> str:
     return build_c("threads.c", build_dir, FRAME_POINTERS, name="threads-fp")
 

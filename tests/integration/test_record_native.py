@@ -46,6 +46,19 @@ def test_known_chain_is_exact(chain_fp, tmp_path):
     assert "Top functions" in run["stdout"] and "spin" in run["stdout"]
 
 
+def test_samples_in_an_epilogue_unwind_through_the_red_zone(epilogue_fp, tmp_path):
+    """After `pop %rbp` the CFI names the caller's rbp 8 bytes below rsp: the copy includes the red zone,
+    so those samples unwind to main too (8-12% of this target's samples were cut there before)."""
+    out = str(tmp_path / "epilogue.speedscope.json")
+    with running_target([epilogue_fp]) as target:
+        record(target.pid, out, "-r", "1000")
+    [profile] = read_speedscope(out)
+    whole, total = share(profile.stacks, lambda s: "main" in s and "caller" in s)
+    assert whole / total >= 0.99, f"{whole}/{total} samples reach main"
+    reasons = Session.load(str(tmp_path / "epilogue.nprof")).stop_reason_counts()
+    assert reasons.get(StopReason.BAD_FRAME.label, 0) <= 0.01 * sum(reasons.values()), reasons
+
+
 def test_each_thread_has_its_own_chain(threads_fp, tmp_path):
     out = str(tmp_path / "threads.speedscope.json")
     with running_target([threads_fp]) as target:

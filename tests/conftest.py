@@ -138,6 +138,16 @@ def loader_and_libs(build_dir) -> tuple[str, list[str]]:
 
 
 @pytest.fixture(scope="session")
+def swapped_libs(build_dir, loader_and_libs) -> tuple[str, list[str]]:
+    """tests/targets/loader.c, and two builds of loaded_lib.c of one size whose spinning functions are
+    named work_a and work_b."""
+    loader, _ = loader_and_libs
+    libs = [build_c("loaded_lib.c", build_dir, (*NO_FRAME_POINTERS, "-shared", "-fPIC", f"-DWORK=work_{v}"),
+                    name=f"swapped_{v}.so") for v in "ab"]  # fmt: skip
+    return loader, libs
+
+
+@pytest.fixture(scope="session")
 def chain_nofp(build_dir) -> str:
     """tests/targets/chain.c without frame pointers: only DWARF CFI can unwind it."""
     return build_c("chain.c", build_dir, NO_FRAME_POINTERS, name="chain-nofp")

@@ -236,6 +236,7 @@ class Sampler:
         for pid, target in self.targets.items():
             if self.tracer.seized.process_alive(pid):
                 target.records = self.tracer.seized.sync(pid)
+                target.space.recheck(now)
         if now >= self._next_naming:
             self._next_naming = now + NAMING_INTERVAL
             self._name_threads()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -166,6 +167,26 @@ def test_libraries_loaded_while_recording_are_named_at_once(loader_and_libs, tmp
         assert target.wait(timeout=30) == 0
     [profile] = read_speedscope(out)
     bare, total = share(profile.stacks, lambda s: any(name.startswith("0x") for name in s))
-    hot, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot")))
+    hot, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work")))
     assert hot / total >= 0.5, f"{hot}/{total} samples in the loaded libraries' hot()"
     assert bare / total <= 0.01, f"{bare}/{total} samples hold a bare address"
+
+
+def test_a_library_loaded_where_another_was_is_named_from_its_own_file(swapped_libs, tmp_path):
+    """dlclose of one library, then dlopen of another mapped at the same addresses: no pc falls outside
+    the maps nprof read, so nothing made it read them again, and every sample of the second was named
+    from the first. The maps are read again at least every second (address_space.RECHECK_INTERVAL)."""
+    loader, libs = swapped_libs
+    out = str(tmp_path / "swapped.speedscope.json")
+    report = str(tmp_path / "addresses")
+    with running_target([loader, "1500", *libs], env={**os.environ, "LOADER_DLCLOSE": report}) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-r", "500", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert target.wait(timeout=30) == 0
+    with open(report) as f:
+        first, second = f.read().split()
+    assert first == second, "the second library was not mapped where the first was: nothing to test"
+    [profile] = read_speedscope(out)
+    a, total = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_a")))
+    b, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_b")))
+    assert a / total >= 0.3 and b / total >= 0.3, f"work_a {a}/{total}, work_b {b}/{total}"

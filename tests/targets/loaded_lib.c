@@ -1,9 +1,15 @@
-/* The library tests/targets/loader.c loads: hot() spins for the given nanoseconds in its own code. */
+/* The library tests/targets/loader.c loads: hot() spins for the given nanoseconds in its own code.
+ * -DWORK=name renames the function that spins, so that two builds of this file, the same size, tell
+ * apart the samples in each (a library unloaded and the other loaded at its addresses). */
 #include <time.h>
+
+#ifndef WORK
+#define WORK work
+#endif
 
 volatile unsigned long sink;
 
-__attribute__((noinline)) void hot(long ns) {
+__attribute__((noinline)) void WORK(long ns) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long end = ts.tv_sec * 1000000000L + ts.tv_nsec + ns;
@@ -12,4 +18,9 @@ __attribute__((noinline)) void hot(long ns) {
         clock_gettime(CLOCK_MONOTONIC, &ts);
         if (ts.tv_sec * 1000000000L + ts.tv_nsec >= end) return;
     }
+}
+
+__attribute__((noinline)) void hot(long ns) {
+    WORK(ns);
+    sink++; /* not a tail call */
 }

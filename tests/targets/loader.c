@@ -7,6 +7,8 @@
  * mapping). The first is loaded once a tracer has attached (TracerPid in /proc/self/status), so that
  * every load happens after the profiler read the maps: a profiler that does not read them again when a
  * thread runs in unknown code shows these samples as bare addresses.
+ * With LOADER_DLCLOSE=FILE in the environment, each library is closed after its run, so the next one is
+ * usually mapped at the same addresses, and the address of each library's hot() is appended to FILE.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -40,7 +42,14 @@ NOINLINE void run_library(const char *path, long ms) {
     if (!hot) exit(1);
     hot(ms * 1000000L);
     loaded++;
-    /* never dlclose: the profiler may still be unwinding this library's samples */
+    const char *report = getenv("LOADER_DLCLOSE");
+    if (report) {
+        FILE *f = fopen(report, "a");
+        if (!f) exit(1);
+        fprintf(f, "%p\n", (void *)hot);
+        fclose(f);
+        dlclose(handle);
+    }
 }
 
 int main(int argc, char **argv) {

@@ -24,6 +24,11 @@ def check_writable(path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.isdir(path):
         raise OutputError(f"Cannot write the output to {path}: it is a directory.", "Give a file name.")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise OutputError(
+            f"Cannot write the output to {path}: {directory} is a file, not a directory.",
+            "Choose another -o path.",
+        )
     if not os.path.isdir(directory):
         raise OutputError(
             f"Cannot write the output to {path}: the directory {directory} does not exist.",

@@ -9,6 +9,7 @@ Ctrl-C, each atomically.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -65,10 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def sampler_config(args: argparse.Namespace) -> SamplerConfig:
-    if args.rate <= 0 or args.rate > 100_000:
+    if not 1 <= args.rate <= 100_000:  # also false for nan
         raise UsageError(f"--rate {args.rate:g} is out of range.", "Give a rate in samples per second, 1 to 100000.")
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError(f"--duration {args.duration:g} is not positive.", "Give the recording time in seconds.")
+    if args.duration is not None and not 0 < args.duration < math.inf:
+        raise UsageError(f"--duration {args.duration:g} is not a positive number of seconds.",
+                         "Give the recording time in seconds, or leave -d out to record until Ctrl-C or exit.")
     if not 0 < args.stack_bytes <= MAX_STACK_BYTES:
         raise UsageError(
             f"--stack-bytes {args.stack_bytes} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes."

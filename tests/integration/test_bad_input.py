@@ -175,6 +175,7 @@ def test_foreign_architecture():
     [
         ("/nonexistent-dir/out.speedscope.json", "does not exist"),
         ("/proc/nprof-out.speedscope.json", "Cannot write the output"),
+        ("/etc/hostname/out.speedscope.json", "/etc/hostname is a file, not a directory"),
     ],
 )
 def test_output_path_not_writable(chain_fp, output, phrase):
@@ -190,6 +191,9 @@ def test_output_path_not_writable(chain_fp, output, phrase):
         (["-o", "out.xyz"], "Cannot tell the output format"),
         (["-f", "bogus", "-o", "out.json"], "Unknown output format 'bogus'"),
         (["-r", "0"], "--rate 0 is out of range"),
+        (["-r", "nan"], "--rate nan is out of range"),
+        (["-d", "nan"], "--duration nan is not a positive number"),
+        (["-d", "-1"], "--duration -1 is not a positive number"),
         (["--stack-bytes", "0"], "--stack-bytes 0 is out of range"),
     ],
 )

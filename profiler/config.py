@@ -18,6 +18,8 @@ class SamplingPriority(enum.Enum):
 
 #: the largest ``--stack-bytes``: the default RLIMIT_STACK of the main thread; no real stack window is larger
 MAX_STACK_BYTES = 8 << 20
+#: the deepest native walk ``--max-frames`` allows: a 1 MiB window holds at most 65536 return addresses
+MAX_FRAMES = 65536
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,9 @@ class SamplerConfig:
     stack_bytes: int = 64 * 1024  #: stack window copied per sample, cut at the end of the stack mapping
     native: bool = True  #: copy and unwind native stacks
     idle: bool = False  #: keep idle samples in outputs (they are always recorded in the session)
-    max_frames: int = 2048  #: depth limit of one native walk
+    #: depth limit of one native walk (``--max-frames``): twice the frames of a Python recursion at its
+    #: default limit (sys.getrecursionlimit() 1000) on 3.8-3.10, where each Python call is 2 native frames
+    max_frames: int = 2048
     priority: SamplingPriority = SamplingPriority.AUTO
     #: a due thread that has not reported its stop this long after the interrupt is counted late; its
     #: stop is still collected and resumed whenever it arrives.

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from profiler.atomic import check_writable
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_count, top_table
-from profiler.config import MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
+from profiler.config import MAX_FRAMES, MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
 from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.runtime import Agent
@@ -57,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="bytes of stack copied per sample, from the stack pointer up (default 65536)",
     )  # fmt: skip
     p.add_argument(
+        "--max-frames", type=int, default=SamplerConfig.max_frames,
+        help=f"native frames unwound per sample at most (default {SamplerConfig.max_frames})",
+    )  # fmt: skip
+    p.add_argument(
         "--priority", choices=[c.value for c in SamplingPriority], default=SamplingPriority.AUTO.value,
         help="the sampler's scheduling from its sleep to the end of each tick's stops: auto raises it to "
         "SCHED_FIFO when permitted (else a notice: bursts of work on a shared CPU are undercounted), "
@@ -75,10 +79,13 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
         raise UsageError(
             f"--stack-bytes {args.stack_bytes} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes."
         )
+    if not 1 <= args.max_frames <= MAX_FRAMES:
+        raise UsageError(f"--max-frames {args.max_frames} is out of range.", f"Give 1 to {MAX_FRAMES} frames.")
     return SamplerConfig(
         rate=args.rate,
         duration=args.duration,
         stack_bytes=args.stack_bytes,
+        max_frames=args.max_frames,
         native=args.native,
         idle=args.idle,
         priority=SamplingPriority(args.priority),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from profiler.binary.objfile import ObjectFile
-from profiler.config import MAX_STACK_BYTES
+from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 
@@ -45,4 +45,19 @@ def stack_window_shortfall(session: Session, stack_bytes: int) -> str | None:
     return (
         f"{cut:,} samples ({100 * cut / total:.1f}%) had native stacks deeper than the {stack_bytes:,} bytes "
         f"copied per sample, so their outermost native frames are missing{remedy}"
+    )
+
+
+def depth_limit_shortfall(session: Session, max_frames: int) -> str | None:
+    """Say so when many native walks were cut at ``max_frames`` (a recursion deeper than that), and what
+    goes deeper: like a window too small, it loses the outermost frames of every such sample."""
+    cut = session.stop_reason_counts().get(StopReason.DEPTH_LIMIT.label, 0)
+    total = session.total_samples
+    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
+        return None
+    more = min(4 * max_frames, MAX_FRAMES)
+    remedy = f": --max-frames {more} goes deeper, at more cost per sample" if more > max_frames else ""
+    return (
+        f"{cut:,} samples ({100 * cut / total:.1f}%) had native stacks deeper than {max_frames:,} frames, so their "
+        f"outermost native frames are missing{remedy}"
     )

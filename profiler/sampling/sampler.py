@@ -19,7 +19,7 @@ from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.collector import SurvivorFreezer
 from profiler.sampling.idle import IdleCheck
-from profiler.sampling.notices import stack_window_shortfall, unwind_problems
+from profiler.sampling.notices import depth_limit_shortfall, stack_window_shortfall, unwind_problems
 from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session
@@ -328,9 +328,10 @@ class Sampler:
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
         for message in unwind_problems(self.modules.objects.values(), self.session):
             self._notice(message)
-        shortfall = stack_window_shortfall(self.session, self.config.stack_bytes)
-        if shortfall:
-            self._notice(shortfall)
+        for shortfall in (stack_window_shortfall(self.session, self.config.stack_bytes),
+                          depth_limit_shortfall(self.session, self.config.max_frames)):  # fmt: skip
+            if shortfall:
+                self._notice(shortfall)
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
         self.session.modules = list(self.modules.modules)

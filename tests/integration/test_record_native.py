@@ -131,6 +131,18 @@ def test_stack_window_size(chain_fp, tmp_path, stack_bytes):
         assert "copied per sample" not in result.stderr
 
 
+def test_depth_limit(chain_fp, tmp_path):
+    """Native walks cut at --max-frames lose their outermost frames; the end of the recording says so and
+    how to go deeper (the limit used to cut deep recursions silently)."""
+    out = str(tmp_path / "d.speedscope.json")
+    with running_target([chain_fp, str(DEPTH)]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out, "--max-frames", "8")
+        assert result.returncode == 0, result.stderr
+    [profile] = read_speedscope(out)
+    assert max(len(s) for s in profile.stacks) <= 8
+    assert "native stacks deeper than 8 frames" in result.stderr and "--max-frames 32 goes deeper" in result.stderr
+
+
 def test_busy_thread_is_stopped_at_rates_above_the_scheduler_tick(chain_fp, tmp_path):
     """At 1 kHz a busy thread's schedstat run time often has not moved since its last sample (the kernel
     accounts a thread that stays on its CPU only at a scheduler tick, every 4 ms at HZ=250): it must still

@@ -46,9 +46,10 @@ from profiler.target.process import TargetProcess
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
 #: a thread missing from the names read has them read again after this long at the soonest: it may have
-#: started since (the sampler asks for each new thread's name a few times, at most every
-#: ``sampler.NAMING_INTERVAL``, so a short-lived thread is named before it exits)
-NAMES_MISSING_AGE = 0.25
+#: started since (the sampler asks for each new thread's name a few times, every
+#: ``sampler.NAMING_INTERVAL`` of 0.25 s, so a short-lived thread is named before it exits; shorter than
+#: that interval, so that each of its passes reads afresh)
+NAMES_MISSING_AGE = 0.2
 #: captures of the main thread without a thread state, and none with one, before the end of a recording
 #: says Python frames were never read: a few are normal while a fresh interpreter starts up
 MAIN_UNMAPPED_NOTICE = 20

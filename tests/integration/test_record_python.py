@@ -232,8 +232,9 @@ def test_hide_interpreter(interp, tmp_path):
     assert not glue, f"call glue left: {sorted(glue)}"
     order = ("main", "py_caller", "builtin_sorted", "py_caller.<locals>.<lambda>" if interp.version >= (3, 11)
              else "<lambda>")  # fmt: skip
-    in_sorted, total = share(profile.stacks, lambda s: subsequence(s, order[:3]))
-    assert in_sorted / total >= 0.95, f"{in_sorted}/{total} samples read {' -> '.join(order[:3])}"
+    # py_caller's loop also runs outside sorted(), 5-7% of the samples
+    in_caller, total = share(profile.stacks, lambda s: subsequence(s, order[:2]))
+    assert in_caller / total >= 0.95, f"{in_caller}/{total} samples read {' -> '.join(order[:2])}"
     in_key = {s: w for s, w in profile.stacks.items() if order[-1] in s}
     hit, total = share(in_key, lambda s: subsequence(s, order))
     assert total > 0 and hit / total >= 0.95, f"{hit}/{total} samples of the key function read {' -> '.join(order)}"

@@ -48,6 +48,9 @@ class StopReason(enum.IntEnum):
     BAD_FRAME = 6  #: a saved frame pointer or return address failed validation (alignment, range)
     NO_STACK_COPY = 7  #: the stack could not be copied (thread gone, unreadable, or --no-native)
     REUSED = 8  #: the stack is a reused copy of an idle thread's previous sample
+    #: past a signal frame, the interrupted code's stack is not the one copied: a handler running on an
+    #: alternate signal stack (sigaltstack(2)) interrupted code whose frames are on the thread's own stack
+    OTHER_STACK = 9
 
     @property
     def label(self) -> str:

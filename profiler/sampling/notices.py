@@ -61,3 +61,18 @@ def depth_limit_shortfall(session: Session, max_frames: int) -> str | None:
         f"{cut:,} samples ({100 * cut / total:.1f}%) had native stacks deeper than {max_frames:,} frames, so their "
         f"outermost native frames are missing{remedy}"
     )
+
+
+def other_stack_samples(session: Session) -> str | None:
+    """Say so when many walks ended at a signal frame whose interrupted code ran on another stack: a signal
+    handler on an alternate signal stack. Only the stack the thread runs on is copied, so the callers of
+    the code it interrupted are missing, whatever the window."""
+    cut = session.stop_reason_counts().get(StopReason.OTHER_STACK.label, 0)
+    total = session.total_samples
+    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
+        return None
+    return (
+        f"{cut:,} samples ({100 * cut / total:.1f}%) were taken in signal handlers running on an alternate "
+        "signal stack (sigaltstack); nprof copies only the stack a thread runs on, so the callers of the "
+        "code each handler interrupted are missing"
+    )

@@ -19,7 +19,12 @@ from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.collector import SurvivorFreezer
 from profiler.sampling.idle import IdleCheck
-from profiler.sampling.notices import depth_limit_shortfall, stack_window_shortfall, unwind_problems
+from profiler.sampling.notices import (
+    depth_limit_shortfall,
+    other_stack_samples,
+    stack_window_shortfall,
+    unwind_problems,
+)
 from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session
@@ -329,7 +334,8 @@ class Sampler:
         for message in unwind_problems(self.modules.objects.values(), self.session):
             self._notice(message)
         for shortfall in (stack_window_shortfall(self.session, self.config.stack_bytes),
-                          depth_limit_shortfall(self.session, self.config.max_frames)):  # fmt: skip
+                          depth_limit_shortfall(self.session, self.config.max_frames),
+                          other_stack_samples(self.session)):  # fmt: skip
             if shortfall:
                 self._notice(shortfall)
         if self.timer.late_ticks:

@@ -43,6 +43,8 @@ MIN_PC = 0x1000
 MAX_MEMO = 1 << 18
 
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
+#: why a walk fails when the words it needs are not in the copy
+_LOST_STACK = (StopReason.WINDOW_EXHAUSTED, StopReason.BAD_FRAME, StopReason.NO_UNWIND_INFO)
 
 #: methods whose pcs are code for certain (executed, or return addresses from unwind info or a decoded
 #: prologue): one outside every mapping means the maps are out of date (``AddressSpace.find``)
@@ -93,6 +95,7 @@ class NativeUnwinder:
         sp = regs[DW_RSP] or 0
         method = UnwindMethod.IP
         exact = True  # look the pc up as is: innermost frame, or interrupted by a signal
+        past_signal = False  # a signal frame was unwound: the frames beyond may be on another stack
         while True:
             lookup = pc if exact else pc - 1
             hit = memo.get(lookup)
@@ -115,10 +118,13 @@ class NativeUnwinder:
             if rule is not None:
                 caller = step_cfi(rule, regs, window)
                 method, exact = (_SIGNAL, True) if rule.signal else (_CFI, False)
+                past_signal = past_signal or rule.signal
             else:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
             if caller.__class__ is StopReason:
+                if past_signal and caller in _LOST_STACK and not window.base <= sp < window.end:
+                    caller = StopReason.OTHER_STACK  # not the window's fault: --stack-bytes would not help
                 return UnwoundStack(frames, caller)  # type: ignore[arg-type]
             pc, new_sp = caller[DW_RA], caller[DW_RSP]  # type: ignore[index]
             if not pc or pc < MIN_PC:

@@ -4,6 +4,7 @@
  *   on_alarm -> handler_work (spins for ever)  <- [__restore_rt signal frame] -> interrupted_work -> ...
  *
  * The handler writes "ready" (write(2) is async-signal-safe) and never returns. argv[1]: readiness fd.
+ * argv[2] "alt": the handler runs on an alternate signal stack (sigaltstack, SA_ONSTACK).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -45,6 +46,11 @@ int main(int argc, char **argv) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;
+    if (argc > 2 && strcmp(argv[2], "alt") == 0) {
+        stack_t ss = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16, .ss_flags = 0};
+        if (!ss.ss_sp || sigaltstack(&ss, NULL) != 0) return 1;
+        sa.sa_flags = SA_ONSTACK;
+    }
     sigaction(SIGALRM, &sa, NULL);
     struct itimerval it = {{0, 0}, {0, 20000}};
     setitimer(ITIMER_REAL, &it, NULL);

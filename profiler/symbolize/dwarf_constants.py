@@ -26,10 +26,15 @@ DW_TAG_try_block = 0x32
 DW_TAG_interface_type = 0x38
 DW_TAG_namespace = 0x39
 
+#: DW_AT_language values of C++ units (DWARF 5, section 7.12, table 7.17: C++, C++03, C++11, C++14; the
+#: C++17/20 codes are DWARF 6 proposals gcc 14 does not emit)
+DW_LANG_CPLUSPLUS = frozenset((0x04, 0x19, 0x1A, 0x21))
+
 # Attributes (DWARF 5, section 7.5.4, table 7.5; DW_AT_MIPS_linkage_name from binutils' dwarf2.def, the
 # pre-DWARF-4 spelling of DW_AT_linkage_name that gcc and rustc still emit in some modes)
 DW_AT_sibling = 0x01
 DW_AT_name = 0x03
+DW_AT_language = 0x13
 DW_AT_stmt_list = 0x10
 DW_AT_low_pc = 0x11
 DW_AT_high_pc = 0x12

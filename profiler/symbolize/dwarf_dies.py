@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from profiler.errors import BinaryError
 from profiler.symbolize import dwarf_forms as F
 from profiler.symbolize.dwarf_constants import (
-    DW_AT_addr_base, DW_AT_high_pc, DW_AT_low_pc, DW_AT_ranges, DW_AT_rnglists_base, DW_AT_sibling,
-    DW_AT_str_offsets_base,
+    DW_AT_addr_base, DW_AT_high_pc, DW_AT_low_pc, DW_AT_name, DW_AT_ranges, DW_AT_rnglists_base,
+    DW_AT_sibling, DW_AT_str_offsets_base, DW_TAG_class_type, DW_TAG_structure_type, DW_TAG_union_type,
 )  # fmt: skip
 from profiler.symbolize.dwarf_reader import c_string, read_uleb
 from profiler.symbolize.dwarf_sections import DebugSections
@@ -30,6 +30,8 @@ from profiler.symbolize.range_lists import ADDRESS_LIMIT, Ranges, read_ranges, r
 
 #: nesting deeper than this is treated as corrupt (real C++/Rust code nests scopes a few dozen deep)
 MAX_DEPTH = 256
+#: tags whose unnamed instances ``ancestors`` numbers
+_NUMBERED = frozenset((DW_TAG_class_type, DW_TAG_structure_type, DW_TAG_union_type))
 
 
 @dataclass(slots=True)
@@ -173,6 +175,34 @@ class UnitDies:
                 offset = after
             else:
                 offset = skip or self.end_of(offset)
+
+    def ancestors(self, offset: int) -> list[tuple[Die, int]]:
+        """The DIEs whose subtrees hold the DIE at ``offset``, outermost first (the unit's own DIE left
+        out), each with the count of its earlier siblings of its own tag that have no DW_AT_name (how
+        C++ numbers its unnamed classes, lambdas: ``{lambda#2}``). Found by stepping over every subtree
+        that ends before ``offset``, so the cost is the siblings along one path, not the unit."""
+        path: list[tuple[Die, int]] = []
+        parent = self.top
+        while parent.offset != offset and parent.has_children:
+            child = parent.offset + parent.size
+            unnamed: dict[int, int] = {}
+            while True:
+                tag, has_children, after, skip = self._step(child)
+                if tag == 0:
+                    return path  # not below ``parent``: corrupt references
+                end = (skip or self.end_of(child)) if has_children else after
+                if child <= offset < end:
+                    break
+                if has_children and tag in _NUMBERED and self.text(self.die_at(child), DW_AT_name) is None:
+                    unnamed[tag] = unnamed.get(tag, 0) + 1
+                child = end
+            if child == offset:
+                return path
+            parent = self.die_at(child)
+            path.append((parent, unnamed.get(parent.tag, 0)))
+            if len(path) > MAX_DEPTH:
+                raise BinaryError(f"DIEs nested deeper than {MAX_DEPTH} at 0x{offset:x}")
+        return path
 
     # --- attribute values -----------------------------------------------------------------------------
 

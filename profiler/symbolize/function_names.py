@@ -9,6 +9,12 @@ DW_AT_name is the fallback (C functions and ``main`` have no linkage name). This
 ``find_abstract_instance`` order, so names match ``addr2line -f -C``. Whether the name was a linkage name
 is reported too: binutils prefers the symbol table's name for an out-of-line function without one
 (a C++ template instance with internal linkage has only ``__insertion_sort<...>`` in DWARF).
+
+In a C++ unit, a name without a linkage name (gcc emits none for functions only ever inlined, and for
+lambdas' ``operator()``) is qualified with the scopes its declaration sits in, as gdb does: namespaces,
+classes, the function a local class is defined in, ``{lambda#N}`` for the N-th unnamed class of a scope.
+``operator()`` alone named the comparator lambda, a thread's lambda and ``std::thread::_Invoker``'s as one
+function, and ``sort<...>`` lost its ``std::``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from collections.abc import Callable
 
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf_constants import (
-    DW_AT_abstract_origin, DW_AT_linkage_name, DW_AT_MIPS_linkage_name, DW_AT_name, DW_AT_specification,
+    DW_AT_abstract_origin, DW_AT_language, DW_AT_linkage_name, DW_AT_MIPS_linkage_name, DW_AT_name,
+    DW_AT_specification, DW_LANG_CPLUSPLUS, DW_TAG_class_type, DW_TAG_interface_type, DW_TAG_namespace,
+    DW_TAG_structure_type, DW_TAG_subprogram, DW_TAG_union_type,
 )  # fmt: skip
 from profiler.symbolize.dwarf_dies import Die, UnitDies
 
@@ -26,6 +34,7 @@ from profiler.symbolize.dwarf_dies import Die, UnitDies
 MAX_HOPS = 8
 _LINKAGE_ATTRIBUTES = (DW_AT_linkage_name, DW_AT_MIPS_linkage_name)
 _REFERENCE_ATTRIBUTES = (DW_AT_abstract_origin, DW_AT_specification)
+_TYPES = frozenset((DW_TAG_class_type, DW_TAG_structure_type, DW_TAG_union_type, DW_TAG_interface_type))
 
 
 class FunctionNames:
@@ -38,6 +47,7 @@ class FunctionNames:
     def __init__(self, unit_of: Callable[[int], UnitDies | None]) -> None:
         self._unit_of = unit_of
         self._names: dict[int, tuple[str | None, bool]] = {}
+        self._cplusplus: dict[int, bool] = {}  #: unit offset -> it is a C++ unit
 
     def name_of(self, unit: UnitDies, die: Die) -> tuple[str | None, bool]:
         """(name, is a linkage name): the demangled linkage name, else the DW_AT_name, of the function
@@ -63,6 +73,33 @@ class FunctionNames:
                     break
                 current_unit = other
             current = current_unit.die_at(target)
-        found = (demangle(linkage), True) if linkage else (plain, False)
+        if linkage:
+            found: tuple[str | None, bool] = (demangle(linkage), True)
+        elif plain and self._is_cplusplus(current_unit):
+            found = (self._qualified(current_unit, current, plain), False)
+        else:
+            found = (plain, False)
         self._names[die.offset] = found
         return found
+
+    def _is_cplusplus(self, unit: UnitDies) -> bool:
+        known = self._cplusplus.get(unit.start)
+        if known is None:
+            known = self._cplusplus[unit.start] = unit.integer(unit.top, DW_AT_language) in DW_LANG_CPLUSPLUS
+        return known
+
+    def _qualified(self, unit: UnitDies, declaration: Die, name: str) -> str:
+        """``name`` prefixed with the scopes ``declaration`` sits in (``ns::Box<double>::compute``)."""
+        scopes = []
+        for scope, earlier_unnamed in unit.ancestors(declaration.offset):
+            if scope.tag == DW_TAG_namespace:
+                scopes.append(unit.text(scope, DW_AT_name) or "(anonymous namespace)")
+            elif scope.tag in _TYPES:
+                label = unit.text(scope, DW_AT_name)
+                if label is None:  # gcc's lambda closure types are unnamed structures (or classes)
+                    kind = "unnamed type" if scope.tag == DW_TAG_union_type else "lambda"
+                    label = f"{{{kind}#{earlier_unnamed + 1}}}"
+                scopes.append(label)
+            elif scope.tag == DW_TAG_subprogram:  # a local class: qualified by its function
+                scopes = [self.name_of(unit, scope)[0] or "?"]
+        return "::".join([*scopes, name])

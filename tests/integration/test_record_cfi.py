@@ -63,6 +63,10 @@ def test_cpp_sort_with_exceptions(sort_cpp, tmp_path):
     hit, in_leaf = share(leaf, lambda s: subsequence(s, order))
     assert in_leaf > 0 and hit / in_leaf >= 0.99, f"{hit}/{in_leaf} leaf samples in order"
     assert any("std::" in name for s in leaf for name in s), "std::sort's own frames are kept"
+    # functions gcc only ever inlined have no linkage name: their scopes come from the DIE tree, as gdb's do
+    names = {name for s in leaf for name in s}
+    assert "run_sort(int)::{lambda#1}::operator()" in names, sorted(names)
+    assert any(name.startswith("std::__unguarded_partition<") for name in names), sorted(names)
 
 
 def test_rust_release_build(rust_chain, tmp_path):

@@ -24,6 +24,10 @@ the second opinion, used only where binutils 2.40 is known to be wrong or to tak
    in libc, or the parts of Rust's std built without line tables) give ``[]``: the symbol-table name is
    the caller's job. Both tools print a symbol name there, without a line (and binutils a file name
    taken from an STT_FILE symbol).
+6. **C++ scopes of names without a linkage name**: both tools print such a function's DW_AT_name alone
+   (``sort<...>``, ``operator()``); nprof prefixes the scopes its declaration sits in, as gdb does
+   (``std::sort<...>``, ``f()::{lambda#1}::operator()``), so a tool's name must match nprof's unqualified
+   end: the part after the last ``::`` that is outside template arguments and parentheses.
 
 Lines and the number of frames must always equal addr2line's.
 """
@@ -101,6 +105,21 @@ def llvm_symbolizer(path: str, addresses: Sequence[int]) -> dict[int, list[Level
     return found
 
 
+def unqualified(name: str, *references: str | None) -> str:
+    """``name`` without the scopes nprof added (rule 6), where a reference name lacks them."""
+    depth, cut = 0, -1
+    for i, ch in enumerate(name):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0 and name.startswith("::", i):
+            cut = i + 2
+    tail = name[cut:] if cut >= 0 else name
+    return tail if any(r is not None and "::" not in r.split("<", 1)[0] and r.startswith(tail.split("<", 1)[0])
+                       for r in references) else name
+
+
 def frames_as_levels(frames: Sequence[FrameInfo]) -> list[Level]:
     return [(f.name, f.file, f.line) for f in frames]
 
@@ -118,6 +137,7 @@ def disagreement(mine: Sequence[FrameInfo], reference: list[Level], second: list
             return f"level {depth}: line {line}, addr2line has {ref_line}"
         if file != ref_file and (other is None or file != other[1]):
             return f"level {depth}: file {file}, addr2line has {ref_file}, llvm-symbolizer {other}"
+        name = unqualified(name, ref_name, other[0] if other else None)
         if canonical(name) != canonical(ref_name) and (other is None or canonical(name) != canonical(other[0])):
             return f"level {depth}: name {name!r}, addr2line has {ref_name!r}, llvm-symbolizer {other}"
     return None

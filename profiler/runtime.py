@@ -54,7 +54,7 @@ RECAPTURE = object()
 #:   returns None when it cannot help (a thread not seen before): the engine calls ``capture`` in the same
 #:   stop then. ``settle`` returns anything that did not come from ``snapshot`` unchanged.
 #:   What ``snapshot`` (or ``capture``) returns may have a ``co_read`` that is not None: the tracer then
-#:   copies the stack window with ``co_read.read_with_stack(pid, dest, addr, size) -> int`` (the window's
+#:   copies the stack window with ``co_read.read_with_stack(tid, dest, addr, size) -> int`` (the window's
 #:   bytes read, or -errno), which copies the agent's ranges in the same ``process_vm_readv``, right after
 #:   the hook returned (``size`` is 0 without a native stack).
 #: * ``refresh()``: between ticks, never while a thread is stopped (re-read thread lists...).

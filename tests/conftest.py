@@ -80,6 +80,12 @@ def chain_fp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def main_exits_fp(build_dir) -> str:
+    """tests/targets/main_exits.c with frame pointers: main calls pthread_exit, a thread works on."""
+    return build_c("main_exits.c", build_dir, FRAME_POINTERS, name="main-exits-fp")
+
+
+@pytest.fixture(scope="session")
 def epilogue_fp(build_dir) -> str:
     """tests/targets/epilogue.c with frame pointers: samples in epilogues, after `pop %rbp`."""
     return build_c("epilogue.c", build_dir, FRAME_POINTERS, name="epilogue-fp")

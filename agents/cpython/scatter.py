@@ -87,16 +87,16 @@ class Snapshot:
         self._pair[3] = plan.total
         self.plan = plan
 
-    def read_with_stack(self, pid: int, dest: int, addr: int, size: int) -> int:
+    def read_with_stack(self, tid: int, dest: int, addr: int, size: int) -> int:
         """During the stop, for the tracer: ``size`` bytes of the stack window at ``addr`` into ``dest``, and the
-        ranges of its plan, with one ``process_vm_readv``. Returns the window's bytes read (a short read
-        stops at the first unmapped page, and copies nothing of the plan), or -errno; the plan's complete
-        ranges are in ``done``."""
+        ranges of its plan, with one ``process_vm_readv`` through the stopped thread ``tid``. Returns the
+        window's bytes read (a short read stops at the first unmapped page, and copies nothing of the
+        plan), or -errno; the plan's complete ranges are in ``done``."""
         remote, pair = self._remote, self._pair
         remote[0] = addr
         remote[1] = pair[1] = size
         pair[0] = dest
-        n = process_vm_readv(pid, pair, 2, remote, 1 + self.plan.count, 0)
+        n = process_vm_readv(tid, pair, 2, remote, 1 + self.plan.count, 0)
         if n < 0:
             self.done = 0
             return -ctypes.get_errno()

@@ -29,6 +29,9 @@ IDLE_EPSILON_NS = 100_000
 _ASLEEP = frozenset("SDI")
 #: stopped by job control or by another tracer: it cannot run, so its stack cannot change
 _HALTED = frozenset("Tt")
+#: exited, its exit not reported yet: a main thread that called pthread_exit stays a zombie until the
+#: process's last thread exits, and would never answer an interrupt
+_EXITED = frozenset("ZX")
 
 
 class IdleCheck:
@@ -57,6 +60,8 @@ class IdleCheck:
         if not ran and not switched_in and state.last_class in IDLE_CLASSES:
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
         letter = record.proc.state()
+        if letter in _EXITED:
+            return True  # nothing to sample, nothing to count
         if not ran and not (switched_in and letter == "R"):
             # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise it may
             # wait for a CPU, which is busy, not idle.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from profiler.target.procfs import read_text
+from profiler.target.procfs import list_threads, read_text
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,16 @@ def parse_maps(text: str) -> list[Mapping]:
 
 
 def read_maps(pid: int) -> list[Mapping]:
+    """The mappings of process ``pid``. A process whose main thread has exited (``pthread_exit`` in
+    ``main``) while others run has a zombie leader with no maps of its own: they are read through one of
+    its live threads then."""
     text = read_text(f"/proc/{pid}/maps")
+    if not text:
+        for tid in list_threads(pid):
+            if tid != pid:
+                text = read_text(f"/proc/{pid}/task/{tid}/maps")
+                if text:
+                    break
     return parse_maps(text) if text else []
 
 

@@ -81,6 +81,13 @@ class TargetProcess:
         status = procfs.read_status(self.pid)
         if status is None:
             raise NoSuchProcess(self.pid)
+        if status.state == "Z" and len(procfs.list_threads(self.pid)) > 1:
+            raise TargetError(
+                f"Process {self.pid} ({status.name}): its main thread has exited (it called pthread_exit) while "
+                "its other threads run on; ptrace cannot attach to an exited main thread, so nprof cannot "
+                "attach to this process.",
+                "Start the program under nprof instead (nprof record -- COMMAND), which traces it from its start.",
+            )
         if status.state == "Z":
             raise TargetError(
                 f"Process {self.pid} ({status.name}) is a zombie: it has exited and only waits for its "

@@ -99,8 +99,17 @@ def exe_path(pid: int) -> str | None:
 
 
 def target_path(pid: int, path: str) -> str:
-    """A path as seen inside the target's mount namespace, opened from ours through /proc/PID/root."""
-    return f"/proc/{pid}/root{path}" if path.startswith("/") else path
+    """A path as seen inside the target's mount namespace, opened from ours through /proc/PID/root (a
+    live thread's root where the main thread has exited: a zombie has none)."""
+    if not path.startswith("/"):
+        return path
+    root = f"/proc/{pid}/root"
+    if not os.path.exists(root):
+        for tid in list_threads(pid):
+            if tid != pid and os.path.exists(f"/proc/{pid}/task/{tid}/root"):
+                root = f"/proc/{pid}/task/{tid}/root"
+                break
+    return f"{root}{path}"
 
 
 def thread_start_time(pid: int, tid: int) -> int | None:

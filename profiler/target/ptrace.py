@@ -179,13 +179,15 @@ class StackReader:
         self._local = (ctypes.c_uint64 * 2)()  #: struct iovec {void *iov_base; size_t iov_len;}
         self._remote = (ctypes.c_uint64 * 2)()
 
-    def read_into(self, buffer_address: int, addr: int, size: int) -> int:
-        """Copy ``size`` bytes at target ``addr`` to ``buffer_address``; return bytes read or -errno."""
+    def read_into(self, buffer_address: int, addr: int, size: int, tid: int = 0) -> int:
+        """Copy ``size`` bytes at target ``addr`` to ``buffer_address``; return bytes read or -errno. With
+        ``tid``, through that thread of the process: a process whose main thread has exited has no memory
+        to read through its pid any more."""
         local, remote = self._local, self._remote
         local[0] = buffer_address
         local[1] = remote[1] = size
         remote[0] = addr
-        n = raw_process_vm_readv(self._pid, self._local, 1, self._remote, 1, 0)
+        n = raw_process_vm_readv(tid or self._pid, self._local, 1, self._remote, 1, 0)
         return n if n >= 0 else -_get_errno()
 
 

@@ -247,10 +247,12 @@ class Tracer:
         if agent_capture is not None:
             data = agent_capture(record, regs)
             co_read = getattr(data, "co_read", None) if data is not None else None
+        # through the stopped thread itself, alive for sure: a process whose main thread exited (pthread_exit
+        # in main) has a zombie leader, with no memory to read through the pid
         if co_read is not None:
-            n = co_read.read_with_stack(record.pid, slot.address, base, size)
+            n = co_read.read_with_stack(record.tid, slot.address, base, size)
         else:
-            n = self._stack_readers[record.pid].read_into(slot.address, base, size) if size else 0
+            n = self._stack_readers[record.pid].read_into(slot.address, base, size, record.tid) if size else 0
         return Capture(record, slot, base, n, stack_bytes > 0 and n - (rsp - base) == stack_bytes, data)
 
     def _resume(self, tid: int) -> None:
@@ -362,6 +364,9 @@ class Tracer:
         self.exec_stopped.clear()
         waiting: dict[int, ThreadRecord] = {}
         for record in list(self.seized.records.values()):
+            if record.proc.state() in ("Z", "X"):  # an exited main thread cannot stop; its exit ends the link
+                self._drop(record)
+                continue
             if record.interrupt_pending or pt.interrupt(record.tid) == 0:
                 record.interrupt_pending = True
                 waiting[record.tid] = record

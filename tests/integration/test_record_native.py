@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share
-from tests.support.targets import assert_running_free, run_nprof, running_target
+from profiler.target import procfs
+from tests.support.targets import assert_running_free, run_nprof, running_target, stop, wait_until
 
 DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack
 
@@ -58,6 +60,29 @@ def test_samples_in_an_epilogue_unwind_through_the_red_zone(epilogue_fp, tmp_pat
     assert whole / total >= 0.99, f"{whole}/{total} samples reach main"
     reasons = Session.load(str(tmp_path / "epilogue.nprof")).stop_reason_counts()
     assert reasons.get(StopReason.BAD_FRAME.label, 0) <= 0.01 * sum(reasons.values()), reasons
+
+
+def test_a_process_whose_main_thread_exited(main_exits_fp, tmp_path):
+    """main calls pthread_exit and a thread works on: the zombie main thread has no maps and no memory of
+    its own, so maps are read through a live thread and stacks through each stopped thread; it is never
+    stopped (it cannot answer), and detaching does not wait for it. Attaching to such a process by pid
+    cannot work (ptrace refuses an exited thread): the error says so."""
+    out = str(tmp_path / "main-exits.speedscope.json")
+    result = run_nprof("record", "-o", out, "--", main_exits_fp, "1.5")
+    assert result.returncode == 0, result.stderr
+    [worker] = [p for p in read_speedscope(out) if any("worker" in s for s in p.stacks)]
+    hit, total = share(worker.stacks, lambda s: ends_with(s, ("start_thread", "worker", "spin")))
+    assert hit / total >= 0.9, f"{hit}/{total} samples in worker -> spin"
+    counters = Session.load(str(tmp_path / "main-exits.nprof")).counters
+    for bad in ("stack_read_errors", "stack_outside_mappings", "late_stops", "threads_not_detached"):
+        assert not counters.get(bad), counters
+    target = subprocess.Popen([main_exits_fp, "30"])
+    try:  # the readiness this waits for is the zombie main thread itself
+        assert wait_until(lambda: getattr(procfs.read_status(target.pid), "state", None) == "Z", 10)
+        refused = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "x.folded"))
+        assert refused.returncode == 3 and "its main thread has exited" in refused.stderr, refused.stderr
+    finally:
+        stop(target)
 
 
 def test_each_thread_has_its_own_chain(threads_fp, tmp_path):

@@ -32,47 +32,50 @@ def unwind_problems(objects: Iterable[ObjectFile], session: Session) -> list[str
     return messages
 
 
+def _cut_short(session: Session, reason: StopReason) -> str | None:
+    """"N samples (x%)" when walks that stopped for ``reason`` are many enough to tell the user about."""
+    cut = session.stop_reason_counts().get(reason.label, 0)
+    total = session.total_samples
+    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
+        return None
+    return f"{cut:,} samples ({100 * cut / total:.1f}%)"
+
+
 def stack_window_shortfall(session: Session, stack_bytes: int) -> str | None:
     """Say so when the copied window cut many native stacks short, and what copies more: a deep recursion or
     a program with big stack frames loses its outermost native frames (``main`` and what it called) in
     every such sample, which the profile shows as many shallow roots."""
-    cut = session.stop_reason_counts().get(StopReason.WINDOW_EXHAUSTED.label, 0)
-    total = session.total_samples
-    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
-        return None
-    more = min(4 * stack_bytes, MAX_STACK_BYTES)
-    remedy = f": --stack-bytes {more} copies more, at more cost per sample" if more > stack_bytes else ""
-    return (
-        f"{cut:,} samples ({100 * cut / total:.1f}%) had native stacks deeper than the {stack_bytes:,} bytes "
-        f"copied per sample, so their outermost native frames are missing{remedy}"
-    )
+    return _limit_notice(session, StopReason.WINDOW_EXHAUSTED, f"the {stack_bytes:,} bytes copied per sample",
+                         ("--stack-bytes", stack_bytes, MAX_STACK_BYTES, "copies more"))  # fmt: skip
 
 
 def depth_limit_shortfall(session: Session, max_frames: int) -> str | None:
     """Say so when many native walks were cut at ``max_frames`` (a recursion deeper than that), and what
     goes deeper: like a window too small, it loses the outermost frames of every such sample."""
-    cut = session.stop_reason_counts().get(StopReason.DEPTH_LIMIT.label, 0)
-    total = session.total_samples
-    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
+    return _limit_notice(session, StopReason.DEPTH_LIMIT, f"{max_frames:,} frames",
+                         ("--max-frames", max_frames, MAX_FRAMES, "goes deeper"))  # fmt: skip
+
+
+def _limit_notice(session: Session, reason: StopReason, limit: str, option: tuple[str, int, int, str]) -> str | None:
+    """The notice for walks cut at a limit an option raises: ``option`` is (flag, value, its maximum, what
+    four times the value does)."""
+    many = _cut_short(session, reason)
+    if many is None:
         return None
-    more = min(4 * max_frames, MAX_FRAMES)
-    remedy = f": --max-frames {more} goes deeper, at more cost per sample" if more > max_frames else ""
-    return (
-        f"{cut:,} samples ({100 * cut / total:.1f}%) had native stacks deeper than {max_frames:,} frames, so their "
-        f"outermost native frames are missing{remedy}"
-    )
+    flag, value, maximum, does = option
+    more = min(4 * value, maximum)
+    remedy = f": {flag} {more} {does}, at more cost per sample" if more > value else ""
+    return f"{many} had native stacks deeper than {limit}, so their outermost native frames are missing{remedy}"
 
 
 def other_stack_samples(session: Session) -> str | None:
     """Say so when many walks ended at a signal frame whose interrupted code ran on another stack: a signal
     handler on an alternate signal stack. Only the stack the thread runs on is copied, so the callers of
     the code it interrupted are missing, whatever the window."""
-    cut = session.stop_reason_counts().get(StopReason.OTHER_STACK.label, 0)
-    total = session.total_samples
-    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
+    many = _cut_short(session, StopReason.OTHER_STACK)
+    if many is None:
         return None
     return (
-        f"{cut:,} samples ({100 * cut / total:.1f}%) were taken in signal handlers running on an alternate "
-        "signal stack (sigaltstack); nprof copies only the stack a thread runs on, so the callers of the "
-        "code each handler interrupted are missing"
+        f"{many} were taken in signal handlers running on an alternate signal stack (sigaltstack); nprof "
+        "copies only the stack a thread runs on, so the callers of the code each handler interrupted are missing"
     )

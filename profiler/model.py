@@ -161,6 +161,8 @@ class UnwoundStack:
 
     frames: list[NativeFrame]
     stop: StopReason
+    #: with OTHER_STACK: the stack pointer of the interrupted code, on the stack that was not copied
+    other_sp: int = 0
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,12 @@ class StackRecorder:
         if self.native:
             if capture.stack_len < 0:
                 session.count("stack_read_errors")
-            window = StackWindow(capture.stack, capture.stack_base, capture.window_full)
+            home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
+            window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
             unwound = target.unwinder.unwind(dwarf_registers(capture), window)
             native, stop = unwound.frames, unwound.stop
+            if unwound.other_sp:
+                self._learn_home_stack(target, capture.thread, unwound.other_sp)
         runtime = self._runtime_frames(target, capture)
         memo_key = (tuple(native), tuple(runtime), stop)
         hit = target.stack_memo.get(memo_key)
@@ -117,6 +120,15 @@ class StackRecorder:
         )
         return keys, outcome
 
+    def _learn_home_stack(self, target: Target, record: ThreadRecord, sp: int) -> None:
+        """A walk went past a signal frame onto a stack that was not copied: that is the thread's own stack
+        (the first sample's, taken for it, was the alternate one), and its next stops off it copy it too."""
+        maps = target.process.maps
+        mapping = maps.find(sp)
+        end = maps.region_end(sp) if mapping is not None else None
+        if mapping is not None and end is not None:
+            record.home_lo, record.home_hi = mapping.start, end
+
     def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
         """Remember the stack mapping holding rsp, so the next copy stops at its end."""
         if record.stack_lo <= rsp < record.stack_hi:
@@ -129,5 +141,7 @@ class StackRecorder:
         end = maps.region_end(rsp) if mapping is not None else None
         if mapping is not None and end is not None:
             record.stack_lo, record.stack_hi = mapping.start, end
+            if not record.home_hi:
+                record.home_lo, record.home_hi = mapping.start, end
         else:
             self.session.count("stack_outside_mappings")

@@ -29,6 +29,10 @@ class ThreadRecord:
     group_stopped: bool = False  #: in a job-control stop that nprof keeps with PTRACE_LISTEN
     stack_lo: int = 0  #: cached stack mapping [stack_lo, stack_hi) holding the last rsp
     stack_hi: int = 0
+    #: the thread's own stack, [home_lo, home_hi): the mapping of its first sample's rsp. A stop with rsp
+    #: elsewhere (a signal handler on an alternate signal stack) copies the top of it too
+    home_lo: int = 0
+    home_hi: int = 0
     gone: bool = False
     #: the sampler's per-thread state, kept here to spare a lookup per tick (Any: the tracer does not know
     #: its type, and the sampler reads it as ``record.user or ...`` on every tick without a cast call)
@@ -42,7 +46,7 @@ class ThreadRecord:
 class Slot:
     """Preallocated destination of one thread's copy: registers and the stack window."""
 
-    __slots__ = ("regs", "regs_ref", "buffer", "address", "size")
+    __slots__ = ("regs", "regs_ref", "buffer", "address", "size", "_home")
 
     def __init__(self, size: int) -> None:
         self.regs = pt.user_regs_struct()
@@ -50,6 +54,14 @@ class Slot:
         self.buffer = ctypes.create_string_buffer(size)
         self.address = ctypes.addressof(self.buffer)
         self.size = size
+        self._home: ctypes.Array[ctypes.c_char] | None = None
+
+    def home_buffer(self) -> ctypes.Array[ctypes.c_char]:
+        """A second buffer of the slot's size, for the top of a thread's own stack (made at its first use:
+        only a thread stopped on another stack needs it)."""
+        if self._home is None:
+            self._home = ctypes.create_string_buffer(self.size)
+        return self._home
 
 
 @dataclass(slots=True)
@@ -62,11 +74,17 @@ class Capture:
     stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
     window_full: bool  #: the whole configured window was copied, so the stack may go on above it
     agent_data: object = None
+    home_base: int = 0  #: where the copy of the top of the thread's own stack starts (``home_len`` bytes)
+    home_len: int = 0  #: 0 unless the thread was stopped on another stack
 
     @property
     def stack(self) -> memoryview:
         n = max(self.stack_len, 0)
         return memoryview(self.slot.buffer).cast("B")[:n]
+
+    @property
+    def home(self) -> memoryview:
+        return memoryview(self.slot.home_buffer()).cast("B")[: self.home_len]
 
 
 @dataclass

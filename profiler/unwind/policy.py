@@ -123,8 +123,9 @@ class NativeUnwinder:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
             if caller.__class__ is StopReason:
-                if past_signal and caller in _LOST_STACK and not window.base <= sp < window.end:
-                    caller = StopReason.OTHER_STACK  # not the window's fault: --stack-bytes would not help
+                if past_signal and caller in _LOST_STACK and not window.contains(sp):
+                    # not the window's fault: --stack-bytes would not help
+                    return UnwoundStack(frames, StopReason.OTHER_STACK, sp)
                 return UnwoundStack(frames, caller)  # type: ignore[arg-type]
             pc, new_sp = caller[DW_RA], caller[DW_RSP]  # type: ignore[index]
             if not pc or pc < MIN_PC:

@@ -15,16 +15,19 @@ class StackWindow:
     """The bytes ``[base, base + len)`` of the target's stack as copied at the stop.
 
     ``full`` says the copy was cut by the window size (not by the end of the stack mapping), so an
-    address above it is "window exhausted" rather than "not on the stack".
+    address above it is "window exhausted" rather than "not on the stack". ``home`` is a second copy, of the
+    top of the thread's own stack, for a thread stopped on another one (a signal handler on an alternate
+    signal stack): the frames it interrupted are there.
     """
 
-    __slots__ = ("base", "end", "full", "_words", "_bytes")
+    __slots__ = ("base", "end", "full", "home", "_words", "_bytes")
 
-    def __init__(self, data: memoryview | bytes, base: int, full: bool) -> None:
+    def __init__(self, data: memoryview | bytes, base: int, full: bool, home: StackWindow | None = None) -> None:
         n = len(data) & ~7
         self.base = base
         self.end = base + n
         self.full = full
+        self.home = home
         view = memoryview(data)[:n]
         self._bytes = view
         self._words = view.cast("B").cast("Q") if base & 7 == 0 else None
@@ -33,10 +36,12 @@ class StackWindow:
         """The u64 at ``addr``, or None if it is not inside the window."""
         off = addr - self.base
         if off < 0 or addr + 8 > self.end:
-            return None
+            return self.home.read(addr) if self.home is not None else None
         if self._words is not None and off & 7 == 0:
             return self._words[off >> 3]
         return _U64.unpack_from(self._bytes, off)[0]
 
     def contains(self, addr: int, size: int = 8) -> bool:
-        return self.base <= addr and addr + size <= self.end
+        if self.base <= addr and addr + size <= self.end:
+            return True
+        return self.home is not None and self.home.contains(addr, size)

@@ -95,20 +95,19 @@ def test_signal_handler_frames(sighandler_nofp, tmp_path):
 
 
 def test_signal_handler_on_an_alternate_stack(sighandler_nofp, tmp_path):
-    """A handler on a sigaltstack interrupted code whose frames are on the thread's own stack, which is not
-    copied: the walk ends past the signal frame with its own reason, and the end of the recording says so
-    (it used to blame the window and suggest a larger --stack-bytes, which changed nothing)."""
+    """A handler on a sigaltstack interrupted code whose frames are on the thread's own stack: a stop with
+    rsp off that stack copies its top as well, so the walk goes on past the signal frame to _start (it
+    used to end there, blamed on the window, with advice to raise --stack-bytes that changed nothing).
+    Past a signal frame onto a stack not copied at all, the walk ends with 'other stack' (unit tests)."""
     out = str(tmp_path / "alt.speedscope.json")
     with running_target([sighandler_nofp, "alt"]) as target:
         result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out)
         assert result.returncode == 0, result.stderr
     [profile] = read_speedscope(out)
-    hit, total = share(profile.stacks, lambda s: ends_with(s, ("interrupted_work", "__restore_rt", "on_alarm",
-                                                               "handler_work")))  # fmt: skip
-    assert hit / total >= 0.99, f"{hit}/{total}: handler -> __restore_rt -> the interrupted function"
-    reasons = Session.load(str(tmp_path / "alt.nprof")).stop_reason_counts()
-    assert reasons.get(StopReason.OTHER_STACK.label, 0) >= 0.99 * sum(reasons.values()), reasons
-    assert "alternate signal stack" in result.stderr and "--stack-bytes" not in result.stderr
+    chain = ("_start", "main", "outer_loop", "interrupted_work", "__restore_rt", "on_alarm", "handler_work")
+    hit, total = share(profile.stacks, lambda s: subsequence(s, chain) and s[-1] == "handler_work")
+    assert hit / total >= 0.99, f"{hit}/{total}: handler -> __restore_rt -> interrupted function -> main"
+    assert "--stack-bytes" not in result.stderr and "alternate signal stack" not in result.stderr
 
 
 def test_window_too_small_stops_with_window_exhausted(chain_nofp, tmp_path):

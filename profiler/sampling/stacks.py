@@ -141,7 +141,9 @@ class StackRecorder:
         end = maps.region_end(rsp) if mapping is not None else None
         if mapping is not None and end is not None:
             record.stack_lo, record.stack_hi = mapping.start, end
-            if not record.home_hi:
+            if not record.home_hi:  # the thread's own stack: the first one seen
                 record.home_lo, record.home_hi = mapping.start, end
+            elif end == record.home_hi and mapping.start < record.home_lo:  # the same stack, grown down
+                record.home_lo = mapping.start
         else:
             self.session.count("stack_outside_mappings")

@@ -20,6 +20,7 @@ from profiler.model import IDLE_CLASSES, SampleClass, StopReason
 from profiler.sampling.session import Session
 from profiler.sampling.target import ThreadState
 from profiler.target.capture import ThreadRecord
+from profiler.target.procfs import EXITED_STATES
 
 #: Run-time growth below this counts as "has not run": stopping and resuming a sleeping thread itself
 #: costs it 16-64 us of run time (measured here), which must not make it look busy at the next tick.
@@ -29,9 +30,6 @@ IDLE_EPSILON_NS = 100_000
 _ASLEEP = frozenset("SDI")
 #: stopped by job control or by another tracer: it cannot run, so its stack cannot change
 _HALTED = frozenset("Tt")
-#: exited, its exit not reported yet: a main thread that called pthread_exit stays a zombie until the
-#: process's last thread exits, and would never answer an interrupt
-_EXITED = frozenset("ZX")
 
 
 class IdleCheck:
@@ -60,8 +58,8 @@ class IdleCheck:
         if not ran and not switched_in and state.last_class in IDLE_CLASSES:
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
         letter = record.proc.state()
-        if letter in _EXITED:
-            return True  # nothing to sample, nothing to count
+        if letter in EXITED_STATES:
+            return True  # exited, not reaped yet (a zombie main thread): it would never answer a stop
         if not ran and not (switched_in and letter == "R"):
             # Same stack. Asleep then, asleep now (it cannot have woken without running); otherwise it may
             # wait for a CPU, which is busy, not idle.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from profiler.target.procfs import list_threads, read_text
+from profiler.target.procfs import live_task_dir, read_text
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,8 @@ def read_maps(pid: int) -> list[Mapping]:
     its live threads then."""
     text = read_text(f"/proc/{pid}/maps")
     if not text:
-        for tid in list_threads(pid):
-            if tid != pid:
-                text = read_text(f"/proc/{pid}/task/{tid}/maps")
-                if text:
-                    break
+        task = live_task_dir(pid)
+        text = read_text(f"{task}/maps") if task is not None else None
     return parse_maps(text) if text else []
 
 

@@ -59,10 +59,24 @@ def read_status(pid: int) -> ProcessStatus | None:
     )
 
 
+#: proc(5) states of a task that has exited and only waits to be reaped: zombie, dead. A main thread that
+#: called pthread_exit stays a zombie until its process's last thread exits
+EXITED_STATES = frozenset("ZX")
+
+
 def process_alive(pid: int) -> bool:
     """The process exists and has not exited: a zombie (Z) or dead (X) one only waits to be reaped."""
     status = read_status(pid)
-    return status is not None and status.state not in ("Z", "X")
+    return status is not None and status.state not in EXITED_STATES
+
+
+def live_task_dir(pid: int) -> str | None:
+    """``/proc/PID/task/TID`` of a thread of ``pid`` other than its main thread, for what a process whose
+    main thread has exited (a zombie) no longer shows under ``/proc/PID``: its maps, its root."""
+    for tid in list_threads(pid):
+        if tid != pid and os.path.exists(f"/proc/{pid}/task/{tid}/root"):
+            return f"/proc/{pid}/task/{tid}"
+    return None
 
 
 def is_kernel_thread(pid: int) -> bool:
@@ -105,10 +119,8 @@ def target_path(pid: int, path: str) -> str:
         return path
     root = f"/proc/{pid}/root"
     if not os.path.exists(root):
-        for tid in list_threads(pid):
-            if tid != pid and os.path.exists(f"/proc/{pid}/task/{tid}/root"):
-                root = f"/proc/{pid}/task/{tid}/root"
-                break
+        task = live_task_dir(pid)
+        root = f"{task}/root" if task is not None else root
     return f"{root}{path}"
 
 

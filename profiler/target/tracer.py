@@ -23,6 +23,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 
+from profiler.target import procfs
 from profiler.target import ptrace as pt
 from profiler.target.ptrace import (
     FAILED,
@@ -373,7 +374,7 @@ class Tracer:
         self.exec_stopped.clear()
         waiting: dict[int, ThreadRecord] = {}
         for record in list(self.seized.records.values()):
-            if record.proc.state() in ("Z", "X"):  # an exited main thread cannot stop; its exit ends the link
+            if record.proc.state() in procfs.EXITED_STATES:  # an exited main thread cannot stop: not waited for
                 self._drop(record)
                 continue
             if record.interrupt_pending or pt.interrupt(record.tid) == 0:

@@ -123,27 +123,32 @@ class StackRecorder:
     def _learn_home_stack(self, target: Target, record: ThreadRecord, sp: int) -> None:
         """A walk went past a signal frame onto a stack that was not copied: that is the thread's own stack
         (the first sample's, taken for it, was the alternate one), and its next stops off it copy it too."""
-        maps = target.process.maps
-        mapping = maps.find(sp)
-        end = maps.region_end(sp) if mapping is not None else None
-        if mapping is not None and end is not None:
-            record.home_lo, record.home_hi = mapping.start, end
+        region = _stack_region(target, sp)
+        if region is not None:
+            record.home_lo, record.home_hi = region
 
     def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
         """Remember the stack mapping holding rsp, so the next copy stops at its end."""
         if record.stack_lo <= rsp < record.stack_hi:
             return
-        maps = target.process.maps
-        mapping = maps.find(rsp)
-        if mapping is None:
-            maps = target.process.refresh_maps()
-            mapping = maps.find(rsp)
-        end = maps.region_end(rsp) if mapping is not None else None
-        if mapping is not None and end is not None:
-            record.stack_lo, record.stack_hi = mapping.start, end
-            if not record.home_hi:  # the thread's own stack: the first one seen
-                record.home_lo, record.home_hi = mapping.start, end
-            elif end == record.home_hi and mapping.start < record.home_lo:  # the same stack, grown down
-                record.home_lo = mapping.start
-        else:
+        region = _stack_region(target, rsp)
+        if region is None:
             self.session.count("stack_outside_mappings")
+            return
+        lo, hi = record.stack_lo, record.stack_hi = region
+        if not record.home_hi:  # the thread's own stack: the first one seen
+            record.home_lo, record.home_hi = lo, hi
+        elif hi == record.home_hi and lo < record.home_lo:  # the same stack, grown down
+            record.home_lo = lo
+
+
+def _stack_region(target: Target, sp: int) -> tuple[int, int] | None:
+    """``[start of the mapping holding sp, end of the run of mappings it starts)``: a stack's extent (the
+    maps are read again if none holds sp)."""
+    maps = target.process.maps
+    mapping = maps.find(sp)
+    if mapping is None:
+        maps = target.process.refresh_maps()
+        mapping = maps.find(sp)
+    end = maps.region_end(sp) if mapping is not None else None
+    return (mapping.start, end) if mapping is not None and end is not None else None

@@ -113,7 +113,7 @@ class SampledProcesses:
     def _detection_soon(self) -> bool:
         """Some process started just now still waits for its runtime."""
         now = time.monotonic()
-        return any(t.detection_pending and now < t.detect_soon_until for t in self.targets.values())
+        return any(t.detection_soon(now) for t in self.targets.values())
 
     def give_up_detection(self) -> None:
         """At the end: processes still waiting for their runtime are profiled natively, and the user is told;

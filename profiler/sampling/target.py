@@ -64,7 +64,6 @@ class Target:
         self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
         self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
-        self.detect_soon_until = 0.0  #: until then, at every housekeeping pass (``DETECT_SOON``)
         self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
         #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
         self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
@@ -93,13 +92,16 @@ class Target:
             reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
         self.detect_reasons = reasons
         if fresh and reasons:
-            now = time.monotonic()
-            self.detect_until, self.detect_soon_until = now + DETECT_GRACE, now + DETECT_SOON
+            self.detect_until = time.monotonic() + DETECT_GRACE
         return False
 
     @property
     def detection_pending(self) -> bool:
         return self.agent is None and self.detect_until > 0
+
+    def detection_soon(self, now: float) -> bool:
+        """Detection is pending and the process started less than ``DETECT_SOON`` ago."""
+        return self.detection_pending and now < self.detect_until - DETECT_GRACE + DETECT_SOON
 
     def no_runtime_notice(self) -> str:
         p = self.process

@@ -153,11 +153,9 @@ def _mark_interpreter_frames(
     by_name = [a.is_interpreter_function for a in agents.values() if hasattr(a, "is_interpreter_function")]
     if by_name:
         for fid, chain in inlined.items():
-            if any(not f.interpreter and any(check(f.name) for check in by_name) for f in chain):
-                inlined[fid] = [
-                    dataclasses.replace(f, interpreter=True) if any(check(f.name) for check in by_name) else f
-                    for f in chain
-                ]
+            glue = [not f.interpreter and any(check(f.name) for check in by_name) for f in chain]
+            if any(glue):
+                inlined[fid] = [dataclasses.replace(f, interpreter=True) if g else f for f, g in zip(chain, glue)]
     checks = [a.is_interpreter_frame for a in agents.values() if hasattr(a, "is_interpreter_frame")]
     if not checks:
         return

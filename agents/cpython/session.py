@@ -47,7 +47,7 @@ from profiler.target.process import TargetProcess
 NAMES_MAX_AGE = 2.0
 #: a thread missing from the names read has them read again after this long at the soonest: it may have
 #: started since (the sampler asks for each new thread's name a few times, every
-#: ``sampler.NAMING_INTERVAL`` of 0.25 s, so a short-lived thread is named before it exits; shorter than
+#: ``thread_naming.NAMING_INTERVAL`` of 0.25 s, so a short-lived thread is named before it exits; shorter than
 #: that interval, so that each of its passes reads afresh)
 NAMES_MISSING_AGE = 0.2
 #: captures of the main thread without a thread state, and none with one, before the end of a recording

@@ -30,20 +30,13 @@ from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session
 from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
+from profiler.sampling.thread_naming import ThreadNaming
 from profiler.sampling.timer import Timer
-from profiler.target.procfs import read_comm
 from profiler.target.capture import AgentCapture, Capture, ThreadRecord
 from profiler.target.tracer import Tracer
 
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz
 SYNC_INTERVAL = 0.01
-#: how often threads sampled since are given their runtime's name (CPython: threading.Thread.name); a
-#: thread's name is read while it lives, since one that exits before the recording ends can be named no
-#: more (CPython drops it from threading._active)
-NAMING_INTERVAL = 0.25
-#: looks for a thread's runtime name before it is left with the kernel's: threads the runtime does not
-#: name (CPython: ones started through _thread, not threading) are not asked about at every pass
-NAME_LOOKS = 4
 
 #: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
 MIN_WINDOW = 0.002
@@ -89,12 +82,12 @@ class Sampler:
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_housekeeping``)
-        self._next_naming = 0.0  #: monotonic time of the next pass naming new threads (``_name_threads``)
         self.priority = SamplingPolicy(config.priority)  #: real-time from each sleep to the end of its stops
         self.collector = SurvivorFreezer()  #: keeps the garbage collector's full passes out of the recording
         self.stacks = StackRecorder(session, config)
         self.idle = IdleCheck(session, config.interrupt_sleeping)
         self.agent_calls = AgentCalls(session, self.targets)
+        self.naming = ThreadNaming(session, self.agent_calls)  #: runtime names of threads, while they live
         self.agent_capture = self.agent_calls.stop_hook(snapshot=False)  #: also ``nprof dump``'s held stops
         self.agent_snapshot = self.agent_calls.stop_hook(snapshot=True)  #: a tick's first stops
         #: how long a tick waits for its threads' stops: half a period, so late ones cannot stall sampling
@@ -242,26 +235,7 @@ class Sampler:
             if self.tracer.seized.process_alive(pid):
                 target.records = self.tracer.seized.sync(pid)
                 target.space.recheck(now)
-        if now >= self._next_naming:
-            self._next_naming = now + NAMING_INTERVAL
-            self._name_threads()
-
-    def _name_threads(self) -> None:
-        """Give the threads sampled since the last pass their runtime's name, while they live."""
-        for target in self.targets.values():
-            if target.agent is None or target.records is None:
-                continue
-            for record in target.records:
-                state = record.user
-                if (state is None or state.runtime_named or state.last_stack is None or record.gone
-                        or state.name_looks >= NAME_LOOKS):  # fmt: skip
-                    continue
-                runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base)
-                if runtime_name:
-                    state.runtime_named = True
-                    self.session.rename_thread(state.index, _label(record, runtime_name))
-                else:
-                    state.name_looks += 1
+        self.naming.tick(now, self.targets.values())
 
     def _record_all(self, captures: list[Capture], settle: bool) -> list[ThreadRecord]:
         """Record a tick's captures (every thread runs again); with ``settle``, first let the agents settle
@@ -295,15 +269,7 @@ class Sampler:
     def close(self) -> None:
         """Detach from everything, record exit statuses, thread names and counters."""
         for target in self.targets.values():
-            for record in self.tracer.seized.sync(target.process.pid):
-                state = self.threads.get(record.key)
-                if state is None:
-                    continue
-                # the names as they are now (a thread may rename itself); one the runtime named before and
-                # not now (an exiting thread, already out of threading._active) keeps that name
-                runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base)
-                if runtime_name or not state.runtime_named:
-                    self.session.rename_thread(state.index, _label(record, runtime_name))
+            self.naming.final(target, self.tracer.seized.sync(target.process.pid), self.threads)
         stuck = self.tracer.detach_all()
         if stuck:
             self.session.count("threads_not_detached", len(stuck))
@@ -342,8 +308,3 @@ class Sampler:
             self.session.counters["late_ticks"] = self.timer.late_ticks
         self.session.modules = list(self.modules.modules)
 
-
-def _label(record: ThreadRecord, runtime_name: str | None) -> str:
-    """The kernel's name for the thread (comm), with the runtime's name for it where it has one."""
-    comm = read_comm(record.pid, record.tid) or record.name
-    return f"{runtime_name} ({comm})" if runtime_name and runtime_name != comm else comm

@@ -38,7 +38,7 @@ class ThreadState:
     last_stack: int | None = None
     last_stop: StopReason = StopReason.REUSED
     last_class: SampleClass = SampleClass.RUNNING
-    runtime_named: bool = False  #: the runtime has named the thread (``Sampler._name_threads``)
+    runtime_named: bool = False  #: the runtime has named the thread (``thread_naming.py``)
     name_looks: int = 0  #: times the runtime was asked for its name without an answer
 
     def sampled(self) -> None:

@@ -250,20 +250,24 @@ class Tracer:
             co_read = getattr(data, "co_read", None) if data is not None else None
         # through the stopped thread itself, alive for sure: a process whose main thread exited (pthread_exit
         # in main) has a zombie leader, with no memory to read through the pid
-        reader = self._stack_readers[record.pid]
         if co_read is not None:
             n = co_read.read_with_stack(record.tid, slot.address, base, size)
         else:
-            n = reader.read_into(slot.address, base, size, record.tid) if size else 0
+            n = self._stack_readers[record.pid].read_into(slot.address, base, size, record.tid) if size else 0
         capture = Capture(record, slot, base, n, stack_bytes > 0 and n - (rsp - base) == stack_bytes, data)
         if stack_bytes and record.home_hi and not record.home_lo <= rsp < record.home_hi:
-            # on another stack (a signal handler on an alternate signal stack): the frames it interrupted
-            # are on the thread's own stack, near its top unless it is deeper than the window
-            home = max(record.home_lo, record.home_hi - stack_bytes)
-            buffer = slot.home_buffer()
-            got = reader.read_into(ctypes.addressof(buffer), home, record.home_hi - home, record.tid)
-            capture.home_base, capture.home_len = home, max(got, 0)
+            self._copy_home(capture, stack_bytes)
         return capture
+
+    def _copy_home(self, capture: Capture, stack_bytes: int) -> None:
+        """A thread stopped off its own stack (a signal handler on an alternate signal stack): the frames
+        it interrupted are on its own stack, near the top unless deeper than the window; copy that too."""
+        record, slot = capture.thread, capture.slot
+        home = max(record.home_lo, record.home_hi - stack_bytes)
+        buffer = slot.home_buffer()
+        got = self._stack_readers[record.pid].read_into(ctypes.addressof(buffer), home, record.home_hi - home,
+                                                        record.tid)  # fmt: skip
+        capture.home_base, capture.home_len = home, max(got, 0)
 
     def _resume(self, tid: int) -> None:
         """Let a thread we hold go: PTRACE_LISTEN keeps a job-control stop, PTRACE_CONT resumes."""

@@ -95,7 +95,6 @@ class NativeUnwinder:
         sp = regs[DW_RSP] or 0
         method = UnwindMethod.IP
         exact = True  # look the pc up as is: innermost frame, or interrupted by a signal
-        past_signal = False  # a signal frame was unwound: the frames beyond may be on another stack
         while True:
             lookup = pc if exact else pc - 1
             hit = memo.get(lookup)
@@ -118,13 +117,12 @@ class NativeUnwinder:
             if rule is not None:
                 caller = step_cfi(rule, regs, window)
                 method, exact = (_SIGNAL, True) if rule.signal else (_CFI, False)
-                past_signal = past_signal or rule.signal
             else:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
             if caller.__class__ is StopReason:
-                if past_signal and caller in _LOST_STACK and not window.contains(sp):
-                    # not the window's fault: --stack-bytes would not help
+                if caller in _LOST_STACK and not window.contains(sp) and _past_signal(frames):
+                    # on another stack than the one copied: --stack-bytes would not help
                     return UnwoundStack(frames, StopReason.OTHER_STACK, sp)
                 return UnwoundStack(frames, caller)  # type: ignore[arg-type]
             pc, new_sp = caller[DW_RA], caller[DW_RSP]  # type: ignore[index]
@@ -169,3 +167,9 @@ class NativeUnwinder:
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = caller_bp, caller_sp, ra
         return caller, method
+
+
+def _past_signal(frames: list[NativeFrame]) -> bool:
+    """A signal frame was unwound (a frame was restored from one), so the frames beyond may be on another
+    stack. Asked only of a walk that failed: the loop keeps no state for it."""
+    return any(f.method is _SIGNAL for f in frames)

@@ -61,18 +61,18 @@ def expand_stack(
     info = session.frame_info or []
     inlined = session.inlined
     kinds = session.frames.kinds()
+    runtime = [int(kinds[fid]) == FrameKind.RUNTIME for fid in fids] + [False]
     out: list[tuple[int, FrameInfo]] = []
     deferred: list[tuple[int, FrameInfo]] = []
     for i, fid in enumerate(fids):
-        runtime = int(kinds[fid]) == FrameKind.RUNTIME
-        if deferred and not runtime:
+        if deferred and not runtime[i]:
             out.extend(deferred)
             deferred = []
         frame = info[fid] if fid < len(info) else FrameInfo(f"#{fid}")
         if keep(frame):
             out.append((fid, frame))
         calls = [(fid, f) for f in inlined.get(fid, ()) if keep(f)]
-        if frame.interpreter and i + 1 < len(fids) and int(kinds[fids[i + 1]]) == FrameKind.RUNTIME:
+        if frame.interpreter and runtime[i + 1]:
             deferred = calls
         else:
             out.extend(calls)

@@ -9,8 +9,9 @@ takes 14 us, and ~700 of them in 15 s, most of them meeting one to three code ob
 A ``CodeAhead`` makes the second stop a snapshot too. After the first settle, with the thread running, it
 reads each new code object's header and strings once, trusting nothing in them: only to learn which ranges
 its decode reads (``CodeCache.strings_of``) and how long they are. The second stop copies those ranges
-again, with one ``process_vm_readv`` after the plan's. After resume the second snapshot's walk decides
-what they are worth:
+again, in the same ``process_vm_readv`` as the plan's (``Snapshot.attach``), and so do the thread's next
+stops until one meets the code object (KEEP_STOPS). After resume each snapshot's walk decides what they are
+worth:
 
 * a code object that walk meets was alive during the second stop, because the frame that runs it holds a
   reference to it ("Strong reference" on ``f_code``, 3.13's ``f_executable``, in 3.11-3.13's
@@ -20,7 +21,7 @@ what they are worth:
   the ranges copied. Decoding from them is as sure as decoding during the stop
   (``CodeCache.decode_copied``);
 * a code object the walk does not meet (its function returned meanwhile) is not decoded: what was copied at
-  its address may be anything's;
+  its address may be anything's. It is copied again in the next stops, for a walk that meets it;
 * where the copy does not serve the decode whole (the object at that address changed since the read after
   resume, a string grew past what was read then), the code object stays unknown, and the sampler captures
   the thread in full in a third stop.
@@ -39,6 +40,19 @@ from agents.cpython.scatter import Snapshot
 #: (its header, name, file name and line table; ~4-5 us each, ``scatter.py``), and its ranges must fit one
 #: ``process_vm_readv`` (``plan.IOV_MAX``, 1024 iovecs: ~4 each, fewer where they coalesce)
 MAX_CODES = 256
+
+
+#: stops of its thread that copy a new code object its snapshot met (the second stop, then the next ones),
+#: while none of them runs it. A function that runs in short calls (a comprehension, a small helper) has
+#: returned by the second stop, so that copy is seldom met; the first later stop that runs it decodes it
+#: from its own copy. A function whose share of the thread's samples is below 1/KEEP_STOPS may so stay
+#: unnamed, each of its samples taken again later (``python_stacks_met_new_code`` counts them). The copy
+#: costs each stop ~0.6 us per range in the plan's ``process_vm_readv`` (``scatter.py``; ~4 per code
+#: object). Measured on a loop where a function of 1 us calls takes ~9% of the time, recorded at 100 Hz for
+#: 3 s on 3.12: copied in the second stop only, 11-20 of its samples were taken again elsewhere, and in
+#: some recordings it never showed; copied on, one was. 64 is also how long a read plan keeps a range no walk
+#: used (``plan.SHRINK_AFTER``).
+KEEP_STOPS = 64
 
 
 class _Recorder:
@@ -61,22 +75,29 @@ class CodeAhead:
     """The code objects a thread's snapshot met and the cache could not name, and the ranges to copy for
     them in the thread's next stop."""
 
-    __slots__ = ("codes", "lengths", "snap", "taken")
+    __slots__ = ("codes", "ages", "lengths", "snap")
 
-    def __init__(self, codes: list[int], lengths: dict[int, int]) -> None:
+    def __init__(self, codes: list[int], lengths: dict[int, int], ages: dict[int, int]) -> None:
         self.codes = codes
+        self.ages = ages  #: code object -> stops it was copied in since one whose walk did not meet it
         self.lengths = lengths  #: address -> bytes the read after resume returned there
         self.snap = Snapshot()
         # sorted and coalesced, as a thread's plan is; the buffer is sized now: allocating in the stop
         # would lengthen it
         self.snap.fit(build_plan([], list(lengths.items())))
-        self.taken = False  #: ``take`` copied the ranges in the stop of the snapshot settled next
 
     @classmethod
-    def of(cls, cache: CodeCache, codes: list[int]) -> CodeAhead | None:
+    def of(cls, cache: CodeCache, codes: list[int], kept: CodeAhead | None = None) -> CodeAhead | None:
         """After resume: for the code objects at ``codes`` that ``cache`` does not know under the identity
         their header shows now, the ranges a decode of each reads, as they read now; None if there is none
-        (no live code object with readable strings is there now), or more than MAX_CODES to look at."""
+        (no live code object with readable strings is there now), or more than MAX_CODES to look at. The
+        code objects ``kept`` still waits for are looked at again too, and keep their ages."""
+        ages = {code: 0 for code in codes}
+        if kept is not None:
+            for code in kept.codes:
+                if len(ages) < MAX_CODES:
+                    ages.setdefault(code, kept.ages[code])
+            codes = list(ages)
         if len(codes) > MAX_CODES:
             return None
         new: list[int] = []
@@ -92,22 +113,36 @@ class CodeAhead:
             for addr, length in recorder.ranges.items():
                 if lengths.get(addr, 0) < length:
                     lengths[addr] = length
-        return cls(new, lengths) if new else None
+        return cls(new, lengths, {code: ages[code] for code in new}) if new else None
 
-    def take(self, pid: int) -> None:
-        """During the stop, after the thread's snapshot: copy every range with one ``process_vm_readv``."""
-        self.taken = self.snap.take(pid)
+    def take(self, tid: int) -> None:
+        """During the stop, where the thread's snapshot does not copy it with its plan (``Snapshot.attach``):
+        copy every range with one more ``process_vm_readv``."""
+        self.snap.take(tid)
 
     def decode(self, cache: CodeCache, met: list[int]) -> int:
         """After resume: decode, from the stop's copy alone, the code objects of ``met`` (those the walk of
         that stop's snapshot met) it was made for; how many of them the cache knows now."""
-        if not self.taken:
+        if not self.snap.done:
             return 0
         known = 0
         for code in set(met).intersection(self.codes):
             if cache.decode_copied(code, self._copied) is not None:
                 known += 1
         return known
+
+    def keep(self, cache: CodeCache) -> CodeAhead | None:
+        """After resume, once a snapshot it was copied for settled: itself, for the thread's next stop to
+        copy again, if it was made for code objects still not decoded (that walk did not meet them: their
+        functions had returned) and not yet copied in KEEP_STOPS stops; else None. Their ranges are
+        still copied whole: the next ``of`` (a new code object met) drops the rest."""
+        ages, waiting = self.ages, []
+        for code in cache.unknown(self.codes):
+            ages[code] += 1
+            if ages[code] < KEEP_STOPS:
+                waiting.append(code)
+        self.codes = waiting
+        return self if waiting else None
 
     def _copied(self, addr: int, size: int) -> bytes:
         """A ``Read`` of the stop's copy: at an address read after resume, as many bytes as were read there

@@ -56,7 +56,8 @@ class Snapshot:
     and copies, and is not changed between a copy and its walk: plans are rebuilt between ticks, or in the
     stop of a walk in full, which copies no snapshot."""
 
-    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "_local", "_remote", "_pair")
+    __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "extra", "_local", "_remote", "_remotes", "_pair",
+                 "_locals")
 
     def __init__(self) -> None:
         self.tid = 0
@@ -66,10 +67,14 @@ class Snapshot:
         self.base = ctypes.addressof(self.buffer)
         self.view = memoryview(self.buffer).cast("B")
         self._local = (ctypes.c_uint64 * 2)(self.base, 0)
-        #: the copy with a stack window: local iovecs (the window's, then the plan's place), remote iovecs
-        #: (the window's, then the plan's ranges)
-        self._pair = (ctypes.c_uint64 * 4)()
+        #: the copy with a stack window: local iovecs (the window's, then the plan's place, then the extra's),
+        #: remote iovecs (the window's, then the plan's ranges, then the extra's)
+        self._pair = (ctypes.c_uint64 * 6)()
+        self._locals = 2  #: local iovecs of the copy with a stack window: 3 with an ``extra``
         self._remote = (ctypes.c_uint64 * 2)()
+        self._remotes = 1  #: remote iovecs of that copy
+        #: another snapshot copied after this one's ranges, by the same ``read_with_stack`` (``attach``)
+        self.extra: Snapshot | None = None
 
     def fit(self, plan: ReadPlan) -> None:
         """Make room for ``plan``, and the iovecs of its copies (after resume, when the plan is built)."""
@@ -80,43 +85,70 @@ class Snapshot:
             self.base = ctypes.addressof(self.buffer)
             self.view = memoryview(self.buffer).cast("B")
             self._local[0] = self.base
-        remote = (ctypes.c_uint64 * (2 + 2 * plan.count))()
-        remote[2:] = plan.remote[: 2 * plan.count]
-        self._remote = remote
-        self._pair[2] = self.base
-        self._pair[3] = plan.total
         self.plan = plan
+        self._fit_iovecs()
+
+    def attach(self, extra: Snapshot | None) -> None:
+        """After resume: have the copy with a stack window (``read_with_stack``) copy ``extra``'s ranges as
+        well, after this one's (None: no more). Its ``done`` is then set by each such copy. Not attached if
+        both plans would not fit one ``process_vm_readv`` (``IOV_MAX``): ``take`` copies it then."""
+        if extra is not None and 1 + self.plan.count + extra.plan.count > IOV_MAX:
+            extra = None
+        if extra is not self.extra:
+            self.extra = extra
+            self._fit_iovecs()
+
+    def _fit_iovecs(self) -> None:
+        """The iovecs of a copy with a stack window: the window's, this plan's, then ``extra``'s."""
+        plan, extra = self.plan, self.extra
+        if extra is not None and 1 + plan.count + extra.plan.count > IOV_MAX:
+            self.extra = extra = None  # (a plan grown since ``attach``)
+        count = plan.count + (extra.plan.count if extra is not None else 0)
+        remote = (ctypes.c_uint64 * (2 + 2 * count))()
+        remote[2 : 2 + 2 * plan.count] = plan.remote[: 2 * plan.count]
+        pair = self._pair
+        pair[2] = self.base
+        pair[3] = plan.total
+        if extra is not None:
+            remote[2 + 2 * plan.count :] = extra.plan.remote[: 2 * extra.plan.count]
+            pair[4] = extra.base
+            pair[5] = extra.plan.total
+        self._remote = remote
+        self._remotes = 1 + count
+        self._locals = 2 if extra is None else 3
 
     def read_with_stack(self, tid: int, dest: int, addr: int, size: int) -> int:
         """During the stop, for the tracer: ``size`` bytes of the stack window at ``addr`` into ``dest``, and the
-        ranges of its plan, with one ``process_vm_readv`` through the stopped thread ``tid``. Returns the
-        window's bytes read (a short read stops at the first unmapped page, and copies nothing of the
-        plan), or -errno; the plan's complete ranges are in ``done``."""
-        remote, pair = self._remote, self._pair
+        ranges of its plan (and its ``extra``'s), with one ``process_vm_readv`` through the stopped thread
+        ``tid``. Returns the window's bytes read (a short read stops at the first unmapped page, and copies
+        nothing after it), or -errno; the plan's complete ranges are in ``done`` (and the extra's in its
+        own)."""
+        remote, pair, plan, extra = self._remote, self._pair, self.plan, self.extra
         remote[0] = addr
         remote[1] = pair[1] = size
         pair[0] = dest
-        n = process_vm_readv(tid, pair, 2, remote, 1 + self.plan.count, 0)
+        n = process_vm_readv(tid, pair, self._locals, remote, self._remotes, 0)
         if n < 0:
             self.done = 0
+            if extra is not None:
+                extra.done = 0
             return -ctypes.get_errno()
-        self.done = self.plan.complete(n - size)
+        self.done = plan.complete(n - size)
+        if extra is not None:
+            extra.done = extra.plan.complete(n - size - plan.total) if self.done == plan.count else 0
         return min(n, size)
 
-    def take(self, pid: int) -> bool:
-        """During the stop, without a stack window: copy every range of its plan with one syscall. False if
-        the plan is empty."""
-        if not self.plan.count:
-            return False
-        self.done = self.plan.copy(pid, self._local)
-        return True
+    def take(self, tid: int) -> None:
+        """During the stop, without a stack window: copy every range of its plan with one syscall through the
+        stopped thread ``tid``."""
+        self.done = self.plan.copy(tid, self._local) if self.plan.count else 0
 
 
 class ScatterReader:
     """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs."""
 
-    __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "syscalls", "frozen",
-                 "_memory", "_own_view", "_local", "_remote", "_batch", "_window")
+    __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "missed", "syscalls",
+                 "frozen", "_memory", "_own_view", "_local", "_remote", "_batch", "_window")
 
     def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
         self.pid = pid
@@ -129,6 +161,8 @@ class ScatterReader:
         self.done = 0  #: planned iovecs ``[0, done)`` were read completely
         self.tail = 0
         self.misses = 0
+        #: the first range a ``replay`` walk needed that its snapshot did not hold (None: none)
+        self.missed: tuple[int, int] | None = None
         self.syscalls = 0
         #: read nothing from the target: every range the last ``begin`` (or ``replay``) did not copy is
         #: unreadable, and counted as a miss. For a walk over bytes copied earlier while the thread runs.
@@ -164,6 +198,7 @@ class ScatterReader:
         self.done = snapshot.done
         self.tail = snapshot.plan.total
         self.misses = 0
+        self.missed = None
         self.syscalls = 0
         self._window = _NO_WINDOW
         self.frozen = True
@@ -209,7 +244,11 @@ class ScatterReader:
         if start <= addr and addr + size <= end:
             return offset + addr - start
         offset = self.tail
-        if self.frozen or offset + size > len(self.buffer):
+        if self.frozen:
+            if self.missed is None:
+                self.missed = (addr, size)
+            return -1
+        if offset + size > len(self.buffer):
             return -1
         start = addr & -PAGE_SIZE
         end = (addr + size + PAGE_SIZE - 1) & -PAGE_SIZE

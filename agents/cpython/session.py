@@ -66,6 +66,9 @@ class SessionStats:
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
+    #: of those, snapshots whose walk met a code object not decoded yet (``code_ahead.py``): that sample is
+    #: taken again later, when the function may have returned
+    met_new_code: int = 0
     #: captures and snapshots of a thread entering an eval loop, with no frame to walk yet (3.11/3.12):
     #: captured again in a second stop
     entering: int = 0
@@ -164,7 +167,7 @@ class CPythonSession:
             return unmapped
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
-        slot.ahead, slot.walk_next = None, False  # this walk decodes whatever it meets new
+        slot.walk_next = False  # this walk decodes whatever it meets new (the slot's ``ahead`` waits on)
         reader = self._reader
         reader.begin(slot.plan)
         out, wanted = self._copier.copy(reader, tid, key, slot.info)
@@ -195,8 +198,9 @@ class CPythonSession:
         ``process_vm_readv`` as the stack window; nothing is walked (``settle`` walks them after resume).
         Returns None when there is no plan to copy by (a thread not seen or not captured before, a plan not
         rebuilt yet, a chain the last snapshot found grown past its plan): the sampler calls ``capture`` in
-        the same stop then. When the thread's last snapshot met code objects not decoded yet, one more
-        ``process_vm_readv`` copies what their decode reads (``CodeAhead``).
+        the same stop then. When the thread's last snapshots met code objects not decoded yet, the same
+        ``process_vm_readv`` copies what their decode reads too (``CodeAhead``; one more where they do not fit
+        it).
 
         A newest frame the plan lacks (a call's new frame object on 3.8-3.10, a generator's frame on 3.11+)
         is found by the walk after resume, and costs a second stop: looking for it here cost every stop
@@ -208,8 +212,12 @@ class CPythonSession:
         if not snap.plan.count:
             return None
         snap.tid, snap.done = tid, 0  # nothing is copied until the tracer's read
-        if slot.ahead is not None:
-            slot.ahead.take(self._reader.pid)  # new code objects its last snapshot met (``code_ahead.py``)
+        ahead = slot.ahead  # new code objects its last snapshots met (``code_ahead.py``)
+        if ahead is not None:
+            if snap.extra is ahead.snap:
+                ahead.snap.done = 0  # copied with the plan, by the tracer
+            else:
+                ahead.take(tid)
         return slot
 
     def settle(self, data: object) -> object:
@@ -252,11 +260,11 @@ class CPythonSession:
                     return RECAPTURE
             return data
         snap, reader = data.snap, self._reader
-        ahead, data.ahead = data.ahead, None
+        ahead = data.ahead  # kept on the slot while the copy is not settled (a second stop, or a walk in full)
         reader.replay(snap)
         try:
             out, wanted = self._copier.copy(reader, snap.tid, data.key, data.info)
-            missed = reader.misses
+            missed, unread = reader.missed, reader.unread_range()
         finally:
             reader.end_replay()
         if out.status == CaptureStatus.TRUNCATED_ENTERING:
@@ -264,9 +272,15 @@ class CPythonSession:
             # stop finds it past them (``ChainCopier._check_enclosing``)
             self.stats.entering += 1
             return RECAPTURE
-        if missed:
+        if missed is not None:
             self.stats.recaptured += 1
             data.walk_next = True  # the chain grew past the plan: the next stop walks it
+            if wanted is not None:
+                # and the thread's plans copy from now on the range it needed, which that stop's walk in
+                # full will not see if the call that needed it has returned by then (a short call's frame)
+                fixed, rest = wanted
+                data.note((fixed, [missed, *rest]), True, unread)
+                self._rebuild(data)
             return RECAPTURE
         if ahead is not None:
             self.stats.decoded_ahead += ahead.decode(self.codes, self._codes_met(out))
@@ -276,11 +290,15 @@ class CPythonSession:
             # of them changed): the next stop copies it too
             self.stats.recaptured += 1
             met = self._codes_met(out)
-            data.ahead = CodeAhead.of(self.codes, self.codes.unknown(met) or met)
+            unknown = self.codes.unknown(met)
+            self.stats.met_new_code += bool(unknown)
+            data.ahead = CodeAhead.of(self.codes, unknown or met, ahead)
             data.walk_next = data.ahead is None
             return RECAPTURE
         out.code_keys.update(confirmed)
         self.stats.snapshots += 1
+        if ahead is not None:
+            data.ahead = ahead.keep(self.codes)  # new code objects this walk did not meet: copied again
         data.note(wanted, False, None)  # counts a clean capture; may cut back a plan grown too large
         if out.status == CaptureStatus.STALE:
             self.walks.lost(snap.tid)

@@ -18,7 +18,7 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "used", "pending", "snap", "clean", "tid", "check", "ahead", "walk_next")
+    __slots__ = ("key", "info", "used", "pending", "snap", "clean", "tid", "check", "_ahead", "walk_next")
 
     def __init__(self, key: int, info: ThreadStateInfo) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
@@ -34,8 +34,7 @@ class ThreadSlot:
         self.tid = 0
         #: the code objects its last settled snapshot met, and how to check them (``code_check.py``)
         self.check: HeaderCheck | None = None
-        #: what the thread's next stop copies besides the plan: the new code objects its last snapshot met
-        self.ahead: CodeAhead | None = None
+        self._ahead: CodeAhead | None = None
         #: its last snapshot fell short of the chain: its next stop walks it (``CPythonSession.capture``)
         self.walk_next = False
 
@@ -47,6 +46,18 @@ class ThreadSlot:
     @plan.setter
     def plan(self, plan: ReadPlan) -> None:
         self.snap.fit(plan)
+
+    @property
+    def ahead(self) -> CodeAhead | None:
+        """What the thread's next stops copy besides the plan: new code objects its snapshots met, not
+        decoded yet (``code_ahead.py``), copied in the plan's ``process_vm_readv`` where they fit."""
+        return self._ahead
+
+    @ahead.setter
+    def ahead(self, ahead: CodeAhead | None) -> None:
+        if ahead is not self._ahead:
+            self._ahead = ahead
+            self.snap.attach(ahead.snap if ahead is not None else None)
 
     @property
     def co_read(self) -> Snapshot:

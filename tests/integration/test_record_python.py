@@ -134,7 +134,7 @@ def test_alternating_call_paths_share_one_plan(interp, tmp_path):
 @pytest.mark.parametrize("interp", INTERPRETERS)
 def test_a_function_of_short_calls_is_named_from_its_second_sample(interp, tmp_path):
     """A sample whose snapshot falls short is taken again in a second stop, by which time a short call has
-    returned: ``tiny`` takes 6-12% of the target's time in calls of a few microseconds. A function nprof
+    returned: ``tiny`` takes 4-12% of the target's time in calls of a few microseconds. A function nprof
     has not decoded yet must be decoded from a stop in which it runs: when only that second stop copied
     its code object, 11-20 samples were taken elsewhere (3.12, 100 Hz, 3 s), and in some recordings it
     never showed. On 3.8-3.10 a call's new frame object was missed the same way, and the plan built by the

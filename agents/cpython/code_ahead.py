@@ -92,11 +92,10 @@ class CodeAhead:
         their header shows now, the ranges a decode of each reads, as they read now; None if there is none
         (no live code object with readable strings is there now), or more than MAX_CODES to look at. The
         code objects ``kept`` still waits for are looked at again too, and keep their ages."""
-        ages = {code: 0 for code in codes}
+        ages = dict.fromkeys(codes, 0)
         if kept is not None:
-            for code in kept.codes:
-                if len(ages) < MAX_CODES:
-                    ages.setdefault(code, kept.ages[code])
+            room = max(0, MAX_CODES - len(ages))  # the new ones first: a walk just met them
+            ages = {code: kept.ages[code] for code in kept.codes[:room]} | ages  # (those met again start over)
             codes = list(ages)
         if len(codes) > MAX_CODES:
             return None

@@ -91,9 +91,8 @@ class Snapshot:
     def attach(self, extra: Snapshot | None) -> None:
         """After resume: have the copy with a stack window (``read_with_stack``) copy ``extra``'s ranges as
         well, after this one's (None: no more). Its ``done`` is then set by each such copy. Not attached if
-        both plans would not fit one ``process_vm_readv`` (``IOV_MAX``): ``take`` copies it then."""
-        if extra is not None and 1 + self.plan.count + extra.plan.count > IOV_MAX:
-            extra = None
+        both plans would not fit one ``process_vm_readv`` (``IOV_MAX``, ``_fit_iovecs``): ``take`` copies it
+        then."""
         if extra is not self.extra:
             self.extra = extra
             self._fit_iovecs()
@@ -102,7 +101,7 @@ class Snapshot:
         """The iovecs of a copy with a stack window: the window's, this plan's, then ``extra``'s."""
         plan, extra = self.plan, self.extra
         if extra is not None and 1 + plan.count + extra.plan.count > IOV_MAX:
-            self.extra = extra = None  # (a plan grown since ``attach``)
+            self.extra = extra = None  # too many for one read (or this plan grew past it since ``attach``)
         count = plan.count + (extra.plan.count if extra is not None else 0)
         remote = (ctypes.c_uint64 * (2 + 2 * count))()
         remote[2 : 2 + 2 * plan.count] = plan.remote[: 2 * plan.count]

@@ -213,11 +213,8 @@ class CPythonSession:
             return None
         snap.tid, snap.done = tid, 0  # nothing is copied until the tracer's read
         ahead = slot.ahead  # new code objects its last snapshots met (``code_ahead.py``)
-        if ahead is not None:
-            if snap.extra is ahead.snap:
-                ahead.snap.done = 0  # copied with the plan, by the tracer
-            else:
-                ahead.take(tid)
+        if ahead is not None and snap.extra is not ahead.snap:
+            ahead.take(tid)  # (attached, the tracer's read copies it with the plan, and sets its ``done``)
         return slot
 
     def settle(self, data: object) -> object:
@@ -264,7 +261,8 @@ class CPythonSession:
         reader.replay(snap)
         try:
             out, wanted = self._copier.copy(reader, snap.tid, data.key, data.info)
-            missed, unread = reader.missed, reader.unread_range()
+            missed = reader.missed
+            unread = reader.unread_range() if missed is not None else None
         finally:
             reader.end_replay()
         if out.status == CaptureStatus.TRUNCATED_ENTERING:

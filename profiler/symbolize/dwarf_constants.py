@@ -9,9 +9,10 @@ from __future__ import annotations
 # Unit header unit_type (DWARF 5, section 7.5.1, table 7.2)
 DW_UT_compile, DW_UT_type, DW_UT_partial, DW_UT_skeleton = 0x01, 0x02, 0x03, 0x04
 DW_UT_split_compile, DW_UT_split_type = 0x05, 0x06
-#: unit types whose DIEs describe code in this file (type units describe types; skeleton and split units
-#: keep their DIEs in a .dwo file, which the resolver does not read)
-CODE_UNIT_TYPES = frozenset((DW_UT_compile, DW_UT_partial))
+#: unit types whose DIEs describe code in this file (type units describe types). A skeleton unit
+#: (-gsplit-dwarf) keeps only the unit's address ranges and line table here, its other DIEs being in a .dwo
+#: file the resolver does not read: its addresses get lines, and names from the symbol table.
+CODE_UNIT_TYPES = frozenset((DW_UT_compile, DW_UT_partial, DW_UT_skeleton))
 
 # Tags (DWARF 5, section 7.5.3, table 7.3)
 DW_TAG_class_type = 0x02

@@ -158,6 +158,25 @@ def test_c_debug_info_formats_agree(c_programs):
     assert all(r == results["dwarf5"] for r in results.values())
 
 
+@pytest.mark.parametrize("flags", [["-gsplit-dwarf"], ["-gsplit-dwarf", "-gdwarf-4"]], ids=["dwarf5", "dwarf4"])
+def test_split_dwarf_gives_the_line_of_every_address(c_programs, tmp_path_factory, flags):
+    """With -gsplit-dwarf the DIEs are in a .dwo file the resolver does not read, but the skeleton unit
+    (DW_UT_skeleton in DWARF 5, a DW_UT_compile holding DW_AT_GNU_dwo_name in DWARF 4) keeps the line
+    table in the binary: each address gets its function's symbol name and its own file:line, the
+    innermost frame of the full build's chain, with no inlined frames."""
+    split = build(tmp_path_factory, "inl-split", C_SOURCE, flags)
+    every, _calls = instructions(c_programs["dwarf5"], "main")
+    assert instructions(split, "main")[0] == every
+    resolver = DwarfResolver(ElfFile(split), load_symbols(ElfFile(split)))
+    got = resolver.resolve(every)
+    full = DwarfResolver(ElfFile(c_programs["dwarf5"])).resolve(every)
+    base = lambda file: file and file.rsplit("/", 1)[1]  # noqa: E731 (the two builds are in two directories)
+    assert [[(f.name, base(f.file), f.line, f.inlined) for f in chain or []] for chain in got] == [
+        [("main", base(chain[-1].file), chain[-1].line, False)] for chain in full
+    ]
+    assert resolver.notes == []
+
+
 def test_c_call_chains_are_outermost_first(c_programs):
     path = c_programs["dwarf5"]
     _every, calls = instructions(path, "main")

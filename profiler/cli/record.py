@@ -29,6 +29,7 @@ from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
 from profiler.target.launch import LaunchedCommand
+from profiler.tree.calltree import command_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         if child is not None:
             child.give_up()
         raise
-    print(f"nprof: recording pid {pid} ({' '.join(session.meta.command)[:80]}) at {config.rate:g} Hz; "
+    print(f"nprof: recording pid {pid} ({command_line(session.meta.command, 80)}) at {config.rate:g} Hz; "
           "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
     status = StatusLine(sampler)
     stop = StopFlag()

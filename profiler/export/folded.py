@@ -13,14 +13,20 @@ from profiler.sampling.session import Session
 from profiler.tree.calltree import frame_filter, process_labels, stack_counts, stack_display
 
 
+def folded_label(text: str) -> str:
+    """``text`` made safe as one frame of a line: ';' separates frames and a line ends at a newline (a
+    thread name, a ``python -c`` command line or a file name may hold either). The count after the last
+    ' ' is found from the end, so spaces are kept."""
+    return text.replace(";", ":").replace("\r", " ").replace("\n", " ")
+
+
 def folded_name(frame: FrameInfo) -> str:
-    # ';' separates frames and the last ' ' separates the count: neither may appear inside a frame
     name = frame.name
     if frame.module and not frame.file:
         name = f"{name} [{frame.module}]"
     elif frame.file:
         name = f"{name} ({frame.file}:{frame.line})" if frame.line else f"{name} ({frame.file})"
-    return name.replace(";", ":").replace("\n", " ")
+    return folded_label(name)
 
 
 class FoldedExporter:
@@ -34,7 +40,7 @@ class FoldedExporter:
         for thread, per in stack_counts(session, config).items():
             t = session.threads[thread]
             roots = [processes.get(t.pid), f"{t.name} (tid {t.tid})" if config.threads else None]
-            prefix = "".join(root.replace(";", ":") + ";" for root in roots if root is not None)
+            prefix = "".join(folded_label(root) + ";" for root in roots if root is not None)
             for sid, n in per.items():
                 frames = stack_display(session, sid, keep)
                 if frames:

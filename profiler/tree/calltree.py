@@ -86,11 +86,14 @@ def process_labels(session: Session) -> dict[int, str]:
     pids = {t.pid for t in session.threads}
     if len(pids) <= 1:
         return {}
-    labels = {}
-    for pid in pids:
-        command = " ".join(session.meta.processes.get(pid, []))
-        labels[pid] = f"pid {pid} [{command[:57] + '...' if len(command) > 60 else command}]"
-    return labels
+    return {pid: f"pid {pid} [{command_line(session.meta.processes.get(pid, []), 60)}]" for pid in pids}
+
+
+def command_line(argv: Sequence[str], width: int) -> str:
+    """``argv`` as one line of at most ``width`` characters: runs of whitespace (the newlines of a
+    ``python -c`` program) become one space, and a cut ends in "..."."""
+    text = " ".join(" ".join(argv).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -219,3 +220,16 @@ def test_bias_when_two_segments_share_a_file_page():
     base = 0x5555_5555_4000
     assert elf.bias_for(base + 0x14000, 0x13000, executable=True) == base
     assert elf.bias_for(base, 0, executable=False) == base
+
+
+def test_folded_lines_survive_names_and_commands_with_newlines():
+    """A thread named with ';' and a newline, and a ``python -c`` child whose program spans lines, stay
+    one line per stack: flamegraph.pl reads a line as frames, a space, and a count."""
+    session = session_with_two_threads()
+    session.thread_index(9, 9, 3, "evil;name\nwith newline")
+    session.add_sample(2, 0, StopReason.END_OF_STACK, SampleClass.RUNNING, 5)
+    session.meta.processes = {7: ["prog"], 9: ["python3", "-c", "x = 0\nfor i in range(3):\n    x += i"]}
+    text = FoldedExporter().render(session, ExportConfig(threads=True)).decode()
+    lines = text.splitlines()
+    assert all(re.fullmatch(r"[^\n]+ \d+", line) for line in lines), lines
+    assert "pid 9 [python3 -c x = 0 for i in range(3): x += i];evil:name with newline (tid 9);root [prog] 5" in lines

@@ -55,6 +55,9 @@ GENERATION_MASK = 0xFFFF
 SHIM_KEY = 1
 #: RuntimeFrame.code of a code object that could not be decoded
 UNKNOWN_KEY = 2
+#: RuntimeFrame.code of the frame that stands for the outer part of a chain deeper than
+#: ``capture.MAX_FRAMES``, which is not read
+CUT_KEY = 3
 
 
 #: a live code object's ob_refcnt is below this (3.12+ immortal ones hold _Py_IMMORTAL_REFCNT = UINT_MAX,

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 
 from agents.cpython.anchors import InterpreterFunctions, is_call_glue
-from agents.cpython.capture import CaptureStatus, ChainCopier, StackCapture
-from agents.cpython.code import SHIM_KEY, CodeCache
+from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
+from agents.cpython.code import CUT_KEY, SHIM_KEY, CodeCache
 from agents.cpython.code_ahead import CodeAhead
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
@@ -63,6 +63,8 @@ class SessionStats:
     stale: int = 0  #: the mapped thread state belonged to another thread by the time of the stop
     unreadable: int = 0  #: the thread state could not be read
     truncated: int = 0  #: stacks cut short by a looping, unreadable or garbage chain
+    #: stacks deeper than ``capture.MAX_FRAMES``: the innermost frames are kept, under a ``CUT_KEY`` frame
+    too_deep: int = 0
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
@@ -343,7 +345,9 @@ class CPythonSession:
         if capture.tid == self._main_tid:
             self._main_mapped = True  # noted here, after resume, rather than in the stop
         status = capture.status
-        if status.truncated:
+        if status == CaptureStatus.TRUNCATED_DEPTH:
+            self.stats.too_deep += 1
+        elif status.truncated:
             self.stats.truncated += 1
         elif status:
             if status == CaptureStatus.STALE:
@@ -354,6 +358,8 @@ class CPythonSession:
         frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive)
         if cut and not status.truncated:
             self.stats.truncated += 1
+        elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
+            frames.append(RuntimeFrame(CUT_KEY, -1, False))  # the outermost: what was not read is outward
         return frames
 
     def locals(self, capture: StackCapture | None) -> list[list[tuple[str, str]]]:
@@ -394,6 +400,8 @@ class CPythonSession:
         """Name (qualname on 3.11+), file and line of a frame, from the code cache (no target reads)."""
         if frame.shim or frame.code == SHIM_KEY:
             return FrameInfo("<shim>", module=None)
+        if frame.code == CUT_KEY:
+            return FrameInfo(f"[outer Python frames: the stack is deeper than {MAX_FRAMES}]")
         info = self.codes.get(frame.code)
         if info is None:
             return FrameInfo("<unknown Python code>")
@@ -412,16 +420,23 @@ class CPythonSession:
         return out
 
     def notices(self) -> list[str]:
-        """What the user must be told at the end: the main thread was stopped again and again and never
-        matched a Python thread state, so (unless it runs no Python at all, as in a program that embeds the
-        interpreter in another thread) every Python frame is missing from the profile."""
-        if self._main_mapped or self.stats.main_unmapped < MAIN_UNMAPPED_NOTICE:
-            return []
-        return [
-            f"{self.interpreter.label}: the main thread matched none of the {len(self.threads.states)} Python "
-            f"thread states in {self.stats.main_unmapped} captures, so its Python frames are missing; if it ran "
-            "Python code, this is a bug in nprof: please report it with `nprof dump --pid PID --json`"
-        ]
+        """What the user must be told at the end: stacks too deep to read whole; and the main thread stopped
+        again and again without ever matching a Python thread state, so (unless it runs no Python at all, as
+        in a program that embeds the interpreter in another thread) every Python frame is missing from the
+        profile."""
+        out = []
+        if self.stats.too_deep:
+            out.append(
+                f"{self.interpreter.label}: {self.stats.too_deep} Python stack(s) deeper than {MAX_FRAMES} frames: "
+                f"only the innermost {MAX_FRAMES} are read, under a frame named \"[outer Python frames: ...]\""
+            )
+        if not self._main_mapped and self.stats.main_unmapped >= MAIN_UNMAPPED_NOTICE:
+            out.append(
+                f"{self.interpreter.label}: the main thread matched none of the {len(self.threads.states)} Python "
+                f"thread states in {self.stats.main_unmapped} captures, so its Python frames are missing; if it "
+                "ran Python code, this is a bug in nprof: please report it with `nprof dump --pid PID --json`"
+            )
+        return out
 
     def is_anchor(self, frame: NativeFrame) -> bool:
         """``_PyEval_EvalFrameDefault`` (and its split parts) of this interpreter."""

@@ -132,11 +132,17 @@ def render_text(session: Session, threads: list[DumpThread]) -> str:
         lines.append("")
         lines.append(f"Thread {t.tid} ({t.name}) [{', '.join(flags)}]")
         for f in t.frames:
-            where = f"({f.info.file}:{f.info.line})" if f.info.file and f.info.line else f"[{f.info.module}]"
-            lines.append(f"    {f.info.name} {where}")
+            lines.append(f"    {f.info.name}{_where(f.info)}")
             for name, value in f.locals:
                 lines.append(f"        {name} = {value}")
     return "\n".join(lines)
+
+
+def _where(info: FrameInfo) -> str:
+    """" (file:line)", " (file)" for a line unknown, " [module]" for a frame without a file, or nothing."""
+    if info.file:
+        return f" ({info.file}:{info.line})" if info.line else f" ({info.file})"
+    return f" [{info.module}]" if info.module else ""
 
 
 def render_json(session: Session, threads: list[DumpThread]) -> bytes:

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from agents.cpython.anchors import is_call_glue
+from agents.cpython.capture import MAX_FRAMES
 from profiler.model import FrameKind, SampleClass
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
@@ -115,6 +116,32 @@ def test_deep_chain_is_copied_in_one_stop(interp, tmp_path):
     counters = Session.load(str(tmp_path / "deep.nprof")).counters
     again, settled = counters.get("python_stacks_recaptured", 0), counters.get("python_stacks_snapshots", 0)
     assert again <= 0.1 * (again + settled), counters
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.10", "3.12")])
+def test_a_chain_deeper_than_the_bound_is_cut_visibly(interp, tmp_path):
+    """A 5000-frame recursion is read to ``capture.MAX_FRAMES`` (4096) frames, the innermost. The outer
+    part was cut silently and counted as an error, so the stack read as if the eval loop called the
+    4096th ``descend`` directly. A frame named for the cut now stands outward of what was read, the
+    end of the recording says so, and it is not an error: it is a bound."""
+    path = script("deep.py")
+    out = str(tmp_path / "deep.speedscope.json")
+    with running_target([interp.path, path, "5000"], ready_at=2) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "1.5", "-o", out)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert f"deeper than {MAX_FRAMES} frames" in result.stderr and "(0 errors)" in result.stdout, result
+    [profile] = read_speedscope(out)
+
+    def cut_then_innermost(stack: tuple) -> bool:
+        names = [name for name, file, _line in stack if file == path or name.startswith("[outer Python")]
+        return names == ["[outer Python frames: the stack is deeper than 4096]"] + ["descend"] * (MAX_FRAMES - 1) + [
+            "bottom"
+        ]
+
+    cut, total = share(profile.detailed, cut_then_innermost)
+    assert total > 0 and cut / total >= 0.95, f"{cut}/{total} samples hold the cut and the innermost frames"
+    counters = Session.load(str(tmp_path / "deep.nprof")).counters
+    assert counters.get("python_stacks_too_deep", 0) > 0 and "python_stacks_truncated" not in counters, counters
 
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])

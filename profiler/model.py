@@ -115,13 +115,16 @@ class RuntimeFrame(NamedTuple):
 
     ``code`` identifies the code object (e.g. a CPython code object's address, validated by the agent),
     ``offset`` the instruction within it. ``entry`` marks the first frame of a native eval-loop
-    activation, where the merge attaches a group of runtime frames to an anchor native frame.
+    activation, where the merge attaches a group of runtime frames to an anchor native frame. ``rest``
+    marks an outermost frame that stands for frames the agent did not read, run by any number of the
+    outer eval-loop activations (``merge.py``).
     """
 
     code: int
     offset: int
     entry: bool
     shim: bool = False
+    rest: bool = False
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,9 @@ UNKNOWN_KEY = 2
 #: RuntimeFrame.code of the frame that stands for the outer part of a chain deeper than
 #: ``capture.MAX_FRAMES``, which is not read
 CUT_KEY = 3
+#: RuntimeFrame.code of the frame that stands for the chain of an older interpreter's thread state of the
+#: same OS thread, which is not read (``threads.py``, subinterpreters)
+OUTER_KEY = 4
 
 
 #: a live code object's ob_refcnt is below this (3.12+ immortal ones hold _Py_IMMORTAL_REFCNT = UINT_MAX,

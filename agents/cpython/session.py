@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from agents.cpython.anchors import InterpreterFunctions, is_call_glue
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
-from agents.cpython.code import CUT_KEY, SHIM_KEY, CodeCache
+from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
 from agents.cpython.code_ahead import CodeAhead
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
@@ -65,6 +65,9 @@ class SessionStats:
     truncated: int = 0  #: stacks cut short by a looping, unreadable or garbage chain
     #: stacks deeper than ``capture.MAX_FRAMES``: the innermost frames are kept, under a ``CUT_KEY`` frame
     too_deep: int = 0
+    #: stacks of a subinterpreter's code run from an older interpreter's, whose frames were not read
+    #: (``threads.py``): kept under an ``OUTER_KEY`` frame
+    nested: int = 0
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
@@ -360,6 +363,16 @@ class CPythonSession:
             self.stats.truncated += 1
         elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
             frames.append(RuntimeFrame(CUT_KEY, -1, False))  # the outermost: what was not read is outward
+        if capture.tstate in self.threads.shared:  # a thread with states in several interpreters
+            if not frames:
+                self.walks.recheck()  # it may run another interpreter's code now
+            elif capture.tstate in self.threads.nested:
+                # an older interpreter's frames run outward of these, in eval loops of their own (one per
+                # frame up to 3.10): a group stands for them, so that this chain's groups pair with their
+                # own eval loops
+                frames[-1] = frames[-1]._replace(entry=True)
+                frames.append(RuntimeFrame(OUTER_KEY, -1, True, rest=True))
+                self.stats.nested += 1
         return frames
 
     def locals(self, capture: StackCapture | None) -> list[list[tuple[str, str]]]:
@@ -402,6 +415,8 @@ class CPythonSession:
             return FrameInfo("<shim>", module=None)
         if frame.code == CUT_KEY:
             return FrameInfo(f"[outer Python frames: the stack is deeper than {MAX_FRAMES}]")
+        if frame.code == OUTER_KEY:
+            return FrameInfo("[Python frames of an outer interpreter: not read]")
         info = self.codes.get(frame.code)
         if info is None:
             return FrameInfo("<unknown Python code>")

@@ -35,7 +35,9 @@ class ThreadNames:
 
     def _find_active(self, interpreters: list[int]) -> int:
         o, read, str_type = self.layout.objects, self.read, self.types.get("PyUnicode_Type")
-        for interp in interpreters:
+        # the main interpreter's first (the walk lists the newest first): a subinterpreter's threading module
+        # names the thread that runs it "MainThread"
+        for interp in reversed(interpreters):
             modules = read_pointer(read, interp + self.layout.interpreter.modules)
             if not modules:
                 continue

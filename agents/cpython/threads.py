@@ -11,6 +11,16 @@ sample's Python frames, never a wrong stack.
 Keys (reference section 5): 3.11+ map the OS tid through ``native_thread_id``. 3.8-3.10 have no such field;
 there ``thread_id`` is the thread's ``pthread_t``, which on x86-64 glibc is its thread pointer, i.e. the
 ``fs_base`` register the capture receives with the thread's registers.
+
+Subinterpreters: one OS thread can have a thread state in several interpreters. Creating one makes a state
+bound to the creating thread, and 3.12's ``_xxsubinterpreters.run_string`` runs code on that state (the
+interpreter's head, gh-109860) from whichever thread calls it; the state stays, its chain empty, when the
+code returns. Only one chain is read per thread: the newest interpreter's state whose chain holds a frame
+(its code runs innermost: an interpreter's code enters a newer one's), else the newest. Keeping the newest
+whatever it held left a 3.12 main thread that had once created a subinterpreter with no Python frames at
+all. When an older interpreter's state of the thread holds frames too, they run outward of the chain read:
+the capture's frames end with a frame that stands for them (``nested``), so that the interleaving pairs the
+chain read with its own eval loop, not the outermost.
 """
 
 from __future__ import annotations
@@ -51,6 +61,11 @@ class ThreadMap:
     states: list[ThreadStateInfo]  #: every thread state, newest first per interpreter
     interpreters: list[int]
     complete: bool  #: False if the walk was cut short (a bad link or a bound)
+    #: thread states in ``by_key`` whose OS thread has states in other interpreters too: which one runs its
+    #: code may change before the next walk
+    shared: frozenset[int] = frozenset()
+    #: thread states in ``by_key`` whose OS thread's state in an older interpreter holds frames as well
+    nested: frozenset[int] = frozenset()
 
 
 def _tstate_struct(layout: Layout) -> tuple[struct.Struct, list[str], int]:
@@ -67,14 +82,14 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
     """Every interpreter's thread states, keyed the way the capture looks them up."""
     unpacker, names, size = _tstate_struct(layout)
     use_native = layout.thread.native_thread_id is not None
-    by_key: dict[int, ThreadStateInfo] = {}
+    candidates: dict[int, list[ThreadStateInfo]] = {}  #: per key, its states, newest interpreter first
     states: list[ThreadStateInfo] = []
     interpreters: list[int] = []
     seen: set[int] = set()
     complete = True
     interp = read_pointer(read, runtime + layout.runtime.interpreters_head)
     if interp is None:
-        return ThreadMap(by_key, states, interpreters, False)
+        return ThreadMap({}, states, interpreters, False)
     while interp:
         if interp in seen or len(interpreters) >= MAX_INTERPRETERS:
             complete = False
@@ -103,9 +118,8 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
             info = ThreadStateInfo(tstate, interp, fields["thread_id"], fields.get("native", 0), gil)
             states.append(info)
             key = info.native_thread_id if use_native else info.thread_id
-            # 0 is a state not bound to its OS thread yet; on a duplicate keep the newest (the list head)
-            if key and key not in by_key:
-                by_key[key] = info
+            if key:  # (0: a state not bound to its OS thread yet)
+                candidates.setdefault(key, []).append(info)
             nxt = fields["next"]
             if nxt and not plausible(nxt):
                 complete = False
@@ -116,7 +130,28 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
             complete = False
             break
         interp = nxt
-    return ThreadMap(by_key, states, interpreters, complete)
+    by_key: dict[int, ThreadStateInfo] = {}
+    shared: set[int] = set()
+    nested: set[int] = set()
+    for key, infos in candidates.items():
+        by_key[key] = infos[0]
+        if len(infos) == 1:
+            continue
+        running = [info for info in infos if innermost_frame(read, info.addr, layout)]
+        chosen = by_key[key] = running[0] if running else infos[0]
+        shared.add(chosen.addr)
+        if len(running) > 1:
+            nested.add(chosen.addr)
+    return ThreadMap(by_key, states, interpreters, complete, frozenset(shared), frozenset(nested))
+
+
+def innermost_frame(read: Read, tstate: int, layout: Layout) -> int:
+    """The address of a thread state's innermost frame; 0 when its chain is empty or cannot be read."""
+    t = layout.thread
+    frame = read_pointer(read, tstate + t.frame) or 0
+    if frame and t.cframe_current_frame is not None:  # 3.11/3.12: through the current _PyCFrame
+        frame = read_pointer(read, frame + t.cframe_current_frame) or 0
+    return frame
 
 
 class WalkSchedule:
@@ -141,6 +176,11 @@ class WalkSchedule:
         self.walks += 1
         self.soon = False
         self._stale = not complete
+
+    def recheck(self) -> None:
+        """A thread with states in several interpreters was found with an empty chain: it may run another
+        interpreter's code now, so walk within RESCAN_MIN_INTERVAL."""
+        self._stale = True
 
     def lost(self, tid: int) -> None:
         """A thread was found without a (valid) thread state. It asks for a walk at once twice at most: right

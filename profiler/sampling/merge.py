@@ -12,6 +12,9 @@ When the counts disagree (``../shared/reference/cpython-internals.md`` sections 
   its last). The surplus is the innermost anchor; pair the rest from the outside.
 * fewer anchors than groups, and the native walk ended early (window exhausted, no unwind info...): pair
   from the inside, and put the outer groups below the truncated native stack, where they belong.
+* more anchors than groups, the outermost group standing for frames not read (``RuntimeFrame.rest``: a
+  subinterpreter's code run from an older interpreter's, whose frames run in the outer activations): pair
+  from the inside; the outer anchors left keep no group.
 * anything else: keep every frame, Python frames on top of the native ones (DESIGN.md section 4), and
   report the mismatch so it is counted. A sample is never dropped.
 """
@@ -32,6 +35,7 @@ class MergeOutcome(enum.IntEnum):
     SURPLUS_ANCHOR = 2  #: one anchor without a group, tolerated
     TRUNCATED_NATIVE = 3  #: native walk ended early; outer groups placed below it
     MISMATCH = 4  #: counts disagree; runtime frames put on top of the native stack
+    REST = 5  #: the outermost group stands for frames not read, of the outer anchors left: paired from inside
 
 
 def group_runtime(runtime: Sequence[RuntimeFrame]) -> list[list[RuntimeFrame]]:
@@ -64,6 +68,8 @@ def merge(
     n_anchor, n_group = len(anchor_at), len(groups)
     if n_anchor == n_group:
         return _interleave(native, dict(zip(anchor_at, groups)), []), MergeOutcome.EXACT
+    if n_anchor > n_group and groups[-1][-1].rest:
+        return _interleave(native, dict(zip(anchor_at, groups)), []), MergeOutcome.REST
     if n_anchor == n_group + 1:
         return _interleave(native, dict(zip(anchor_at[1:], groups)), []), MergeOutcome.SURPLUS_ANCHOR
     if n_anchor < n_group and not native_complete:

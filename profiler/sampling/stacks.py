@@ -89,7 +89,7 @@ class StackRecorder:
         the name of the merge counter it adds to, if its merge was not exact."""
         keys, outcome = self._keys(target, native, runtime, stop)
         in_gil_wait = bool(runtime) and any(target.flags(f)[1] for f in native)
-        exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME)
+        exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME, MergeOutcome.REST)
         return self.session.intern_stack(keys), in_gil_wait, None if exact else f"merge_{outcome.name.lower()}"
 
     def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:

@@ -144,6 +144,35 @@ def test_a_chain_deeper_than_the_bound_is_cut_visibly(interp, tmp_path):
     assert counters.get("python_stacks_too_deep", 0) > 0 and "python_stacks_truncated" not in counters, counters
 
 
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_subinterpreters_do_not_hide_or_misplace_python_frames(interp, tmp_path):
+    """A thread can have a thread state in several interpreters. On 3.12 the main thread of a program that
+    had once created a subinterpreter showed no Python frames at all: the subinterpreter's state, bound to
+    it and empty, was read. A thread running a subinterpreter's code from its own Python code has frames in
+    both: the subinterpreter's are read, and were paired with the outermost eval loop; now a frame stands
+    for the outer interpreter's, and they run in their own eval loop, under ``run_string``'s C code."""
+    path = script("subinterpreters.py")
+    out = str(tmp_path / "sub.speedscope.json")
+    with running_target([interp.path, path], ready_at=2) as target:
+        record(target.pid, out, duration="1.5")
+    profiles = {p.name.split(" ")[0]: p for p in read_speedscope(out)}  # "worker (python) (tid N)"
+    main = profiles["MainThread"]
+    spin, total = share(main.detailed, lambda s: python_part(s, path) == ("<module>", "main", "main_spin"))
+    assert total > 0 and spin / total >= 0.9, f"{spin}/{total} of the main thread's samples in main_spin"
+    outer = "[Python frames of an outer interpreter: not read]"
+
+    def nested_in_order(stack: tuple) -> bool:
+        names = [name for name, _file, _line in stack]
+        if "in_subinterp" not in names or outer not in names:
+            return False
+        at = names.index("in_subinterp")
+        inner_loop = max(i for i, n in enumerate(names[:at]) if n.startswith("_PyEval_EvalFrameDefault"))
+        return names.index(outer) < inner_loop and "run_sub" not in names
+
+    nested, total = share(profiles["worker"].detailed, nested_in_order)
+    assert total > 0 and nested / total >= 0.9, f"{nested}/{total} of the worker's samples nested in order"
+
+
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
 def test_alternating_call_paths_share_one_plan(interp, tmp_path):
     """A loop alternating between a shallow and a deep call path: one read plan serves both, so nearly every

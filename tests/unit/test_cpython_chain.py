@@ -628,6 +628,50 @@ def test_thread_walk_maps_every_thread(target):
     assert [found.by_key[k].addr for k in keys] == tstates
 
 
+def _one_thread_in_two_interpreters(target: FakeTarget, sub_runs: bool, main_runs: bool) -> tuple[int, int, int]:
+    """_PyRuntime -> a subinterpreter (the list head, newest) -> the main interpreter, each with one thread
+    state of the same OS thread, whose chain holds a frame or is empty. Returns (runtime, sub's, main's)."""
+    layout, t = target.layout, target.layout.thread
+    runtime = target.alloc(2048)
+    interps = [target.alloc(max(layout.interpreter.threads_head, layout.interpreter.next) + 16) for _ in range(2)]
+    target.put(runtime + layout.runtime.interpreters_head, "Q", interps[0])
+    target.put(interps[0] + layout.interpreter.next, "Q", interps[1])
+    states = []
+    for interp, runs in zip(interps, (sub_runs, main_runs)):
+        tstate = target.alloc(t.size)
+        target.put(tstate + t.interp, "Q", interp)
+        target.put(tstate + t.thread_id, "Q", 0x7F00_0000_0000)
+        if t.native_thread_id is not None:
+            target.put(tstate + t.native_thread_id, "Q", TID)
+        frame = target.frame(target.code("f", 1), 0) if runs else 0
+        if t.cframe_current_frame is not None:
+            cframe = target.alloc(32)
+            target.put(cframe + t.cframe_current_frame, "Q", frame)
+            target.put(tstate + t.frame, "Q", cframe)
+        else:
+            target.put(tstate + t.frame, "Q", frame)
+        target.put(interp + layout.interpreter.threads_head, "Q", tstate)
+        states.append(tstate)
+    return runtime, states[0], states[1]
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+@pytest.mark.parametrize(
+    ("sub_runs", "main_runs", "chosen", "nested"),
+    [(False, True, "main", False), (True, True, "sub", True), (True, False, "sub", False), (False, False, "sub", False)],
+)
+def test_a_thread_in_two_interpreters_maps_to_the_state_that_runs(target, sub_runs, main_runs, chosen, nested):
+    """A subinterpreter's state stays bound to the thread that created it, its chain empty once its code
+    returned: 3.12's main thread lost all its Python frames to it. The newest interpreter's state that
+    holds frames is read, and when an older one's holds frames too, the capture says they run outward."""
+    runtime, sub, main = _one_thread_in_two_interpreters(target, sub_runs, main_runs)
+    found = walk_thread_states(target.read, runtime, target.layout)
+    key = TID if target.layout.thread.native_thread_id is not None else 0x7F00_0000_0000
+    expected = {"sub": sub, "main": main}[chosen]
+    assert found.complete and found.by_key[key].addr == expected
+    assert found.shared == {expected} and (found.nested == {expected}) is nested
+
+
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 @pytest.mark.parametrize("damage", ["loop", "foreign", "unmapped"])
 def test_damaged_thread_list_is_cut_not_followed(target, damage):

@@ -72,3 +72,20 @@ def test_mismatch_keeps_every_frame_python_on_top():
     frames, outcome = merge(native, anchors_of(native), runtime, True)
     assert outcome is MergeOutcome.MISMATCH
     assert names(frames) == [("py", 11), ("py", 22), ("c", 1), ("c", 2), ("c", 3)]
+
+
+def test_a_group_standing_for_frames_not_read_takes_the_outer_anchors_left():
+    # a subinterpreter's code (11 in its own activation) run from three frames of an older interpreter, one
+    # activation each (3.8-3.10): 4 anchors, and 2 groups, the outer one standing for the three
+    native = [n(1), n(EVAL), n(2), n(EVAL), n(EVAL), n(EVAL), n(3)]
+    runtime = [py(11), RuntimeFrame(99, -1, True, rest=True)]
+    frames, outcome = merge(native, anchors_of(native), runtime, True)
+    assert outcome is MergeOutcome.REST
+    assert names(frames) == [
+        ("c", 1), ("py", 11), ("c", EVAL), ("c", 2), ("py", 99), ("c", EVAL), ("c", EVAL), ("c", EVAL), ("c", 3)
+    ]  # fmt: skip
+    # one activation for the older interpreter (3.11+) is the count the groups make: paired as they are
+    native = [n(1), n(EVAL), n(2), n(EVAL), n(3)]
+    frames, outcome = merge(native, anchors_of(native), runtime, True)
+    assert outcome is MergeOutcome.EXACT
+    assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("c", 2), ("py", 99), ("c", EVAL), ("c", 3)]

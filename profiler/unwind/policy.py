@@ -4,7 +4,8 @@ For each frame, the module holding its pc is looked up, then:
 
 1. **CFI** where the module's unwind table has a row for the pc (``profiler.unwind.cfi``);
 2. **frame pointers** otherwise: the innermost frame through prologue analysis (it may not have pushed
-   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``).
+   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``); except at a return address
+   in file-less code that is a known trampoline's (``profiler.unwind.trampolines``), whose frame is fixed.
 
 The pc looked up is the return address minus one for callers (a call may be the last instruction of a
 function, so its return address is already in the next one), and the pc itself for the innermost frame
@@ -33,9 +34,10 @@ from profiler.model import (
     UnwoundStack,
 )
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
-from profiler.unwind.cfi import Registers, step_cfi
+from profiler.unwind.cfi import Registers, missing_word, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
 from profiler.unwind.stack import StackWindow
+from profiler.unwind.trampolines import AFTER, BEFORE, Trampoline, recognise
 
 #: a return address below this is not one (the first page is never mapped): the walk went astray
 MIN_PC = 0x1000
@@ -79,6 +81,8 @@ class NativeUnwinder:
         self.max_frames = max_frames
         self._memo: dict[int, _Resolved] = {}
         self._memo_modules = -1
+        #: return addresses in file-less code -> the trampoline they return into, or None (read once each)
+        self._trampolines: dict[int, Trampoline | None] = {}
 
     def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -89,6 +93,7 @@ class NativeUnwinder:
         memo = self._memo
         if len(self.space.modules) != self._memo_modules or len(memo) >= MAX_MEMO:
             memo.clear()
+            self._trampolines.clear()
             self._memo_modules = len(self.space.modules)
         max_frames = self.max_frames
         pc = regs[DW_RA] or 0
@@ -117,6 +122,8 @@ class NativeUnwinder:
             if rule is not None:
                 caller = step_cfi(rule, regs, window)
                 method, exact = (_SIGNAL, True) if rule.signal else (_CFI, False)
+            elif entry is not None and entry.obj is None and not exact and (tramp := self._trampoline(pc)):
+                caller, method, exact = _step_trampoline(tramp, regs, window), UnwindMethod.TRAMPOLINE, False
             else:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
@@ -146,6 +153,17 @@ class NativeUnwinder:
         self._memo[avma] = resolved
         return resolved
 
+    def _trampoline(self, ra: int) -> Trampoline | None:
+        """The trampoline a return address in file-less code returns into, from the target's code (read
+        after resume: the code, once written, does not change), once per address."""
+        try:
+            return self._trampolines[ra]
+        except KeyError:
+            pass
+        code = self.space.process.read(ra - BEFORE, BEFORE + AFTER)
+        found = self._trampolines[ra] = recognise(code) if len(code) == BEFORE + AFTER else None
+        return found
+
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
     ) -> tuple[Registers | StopReason, UnwindMethod]:
@@ -167,6 +185,18 @@ class NativeUnwinder:
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = caller_bp, caller_sp, ra
         return caller, method
+
+
+def _step_trampoline(tramp: Trampoline, regs: Registers, window: StackWindow) -> Registers | StopReason:
+    """The caller of a trampoline frame: its stack pointer and return address at fixed offsets from the
+    stack pointer; the trampoline saves no register, so every other one is the caller's."""
+    sp = regs[DW_RSP] or 0
+    ra = window.read(sp + tramp.ra_offset)
+    if ra is None:
+        return missing_word(window, sp + tramp.ra_offset)
+    caller = list(regs)
+    caller[DW_RSP], caller[DW_RA] = sp + tramp.cfa_offset, ra
+    return caller
 
 
 def _past_signal(frames: list[NativeFrame]) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from profiler.atomic import check_writable
 from profiler.binary.objfile import ObjectFileCache
-from profiler.cli.status import StatusLine, error_count, top_table
+from profiler.cli.status import StatusLine, error_summary, top_table
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
 from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
 
 def _print_summary(session: Session, why: str, written: list[str], export: ExportConfig) -> None:
     print(f"nprof: {why}; {session.total_samples:,} samples of {len(session.threads)} thread(s) in "
-          f"{session.meta.duration:.1f}s ({error_count(session)} errors).")  # fmt: skip
+          f"{session.meta.duration:.1f}s ({error_summary(session)}).")  # fmt: skip
     held = session.counters.get("stop_held_median_ns")
     if held is not None:
         p90 = session.counters.get("stop_held_p90_ns", held)

@@ -14,21 +14,31 @@ from profiler.tree.calltree import function_totals
 #: least time between two redraws of the status line
 REDRAW_INTERVAL = 0.25
 
-ERROR_COUNTERS = (
-    "stack_read_errors",
-    "agent_capture_errors",
-    "agent_decode_errors",
-    "agent_refresh_errors",
-    "agent_settle_errors",
-    "stack_outside_mappings",
-    "python_stacks_truncated",
-    "python_stacks_unreadable",
-    "python_code_unreadable",
-)
+#: the counters that are errors, and what each counts, as the end of a recording lists them
+ERROR_COUNTERS = {
+    "stack_read_errors": "stack copies failed",
+    "agent_capture_errors": "runtime captures failed",
+    "agent_decode_errors": "runtime decodes failed",
+    "agent_refresh_errors": "runtime refreshes failed",
+    "agent_settle_errors": "runtime settles failed",
+    "stack_outside_mappings": "stack pointers outside every mapping",
+    "python_stacks_truncated": "Python stacks cut short (a looping or unreadable chain)",
+    "python_stacks_unreadable": "Python thread states unreadable",
+    "python_code_unreadable": "Python code objects unreadable",
+}
 
 
 def error_count(session: Session, sampler: Sampler | None = None) -> int:
     return sum(session.counters.get(c, 0) for c in ERROR_COUNTERS)
+
+
+def error_summary(session: Session) -> str:
+    """"0 errors", or the count and what they were, most first (each counter is in the session file)."""
+    counts = sorted(((session.counters.get(c, 0), text) for c, text in ERROR_COUNTERS.items()), reverse=True)
+    total = sum(n for n, _ in counts)
+    if not total:
+        return "0 errors"
+    return f"{total} errors: " + ", ".join(f"{n:,} {text}" for n, text in counts if n)
 
 
 class StatusLine:

@@ -15,6 +15,7 @@ from profiler.binary.symbols import load_symbols
 from profiler.config import ExportConfig
 from profiler.errors import BinaryError, UsageError
 from profiler.export.base import infer_format
+from profiler.cli.status import error_summary
 from profiler.export.folded import FoldedExporter
 from profiler.export.speedscope import SpeedscopeExporter
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
@@ -233,3 +234,10 @@ def test_folded_lines_survive_names_and_commands_with_newlines():
     lines = text.splitlines()
     assert all(re.fullmatch(r"[^\n]+ \d+", line) for line in lines), lines
     assert "pid 9 [python3 -c x = 0 for i in range(3): x += i];evil:name with newline (tid 9);root [prog] 5" in lines
+
+
+def test_the_errors_at_the_end_say_what_they_were():
+    session = session_with_two_threads()
+    assert error_summary(session) == "0 errors"
+    session.counters.update(python_stacks_unreadable=2, stack_read_errors=5, python_stacks_too_deep=9)
+    assert error_summary(session) == "7 errors: 5 stack copies failed, 2 Python thread states unreadable"

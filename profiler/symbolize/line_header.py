@@ -4,8 +4,10 @@ parameters and the file table that DW_LNS_set_file, DW_AT_call_file and DW_AT_de
 DWARF 2-4 list directories and files as NUL-terminated strings; DWARF 5 describes each entry's fields
 with (content type, form) pairs, so paths may live in ``.debug_line_str`` (gcc 12 uses DW_FORM_line_strp).
 DWARF 5 numbers files from 0 and its directory 0 is the unit's own directory; DWARF 2-4 number files from 1
-and directory 0 means DW_AT_comp_dir. Relative directories are taken relative to DW_AT_comp_dir, as
-binutils does; paths are normalised (``./Include/x.h`` -> ``Include/x.h``).
+and directory 0 means DW_AT_comp_dir. Other relative directories are taken relative to DW_AT_comp_dir, as
+binutils does; paths are normalised (``./Include/x.h`` -> ``Include/x.h``). A relative DW_AT_comp_dir (a
+reproducible build's ``-ffile-prefix-map=DIR=.``, as Debian's libc has: ``./elf``) stays relative:
+``elf/dl-error-skeleton.c``, as gdb's ``./elf/dl-error-skeleton.c``.
 """
 
 from __future__ import annotations
@@ -77,8 +79,11 @@ def read_line_header(
     first = 0 if version >= 5 else 1
     names: dict[int, str] = {}
     for i, (name, dir_index) in enumerate(files):
-        directory = dirs[dir_index] if 0 <= dir_index < len(dirs) else ""
-        names[i + first] = posixpath.normpath(posixpath.join(base, directory, name)) if name else ""
+        if dir_index == 0:  # the unit's own directory, which ``base`` is: joining it again doubled a relative one
+            directory = base
+        else:
+            directory = posixpath.join(base, dirs[dir_index] if 0 < dir_index < len(dirs) else "")
+        names[i + first] = posixpath.normpath(posixpath.join(directory, name)) if name else ""
     return LineHeader(
         version, min_inst, line_base, line_range, opcode_base, lengths, program_start, end, names
     )

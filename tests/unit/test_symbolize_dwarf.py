@@ -177,6 +177,22 @@ def test_split_dwarf_gives_the_line_of_every_address(c_programs, tmp_path_factor
     assert resolver.notes == []
 
 
+@pytest.mark.parametrize("flags", [[], ["-gdwarf-4"]], ids=["dwarf5", "dwarf4"])
+def test_a_relative_compile_directory_is_taken_once(tmp_path, flags):
+    """``-ffile-prefix-map=ROOT=.`` in ROOT/sub makes DW_AT_comp_dir ``./sub``, as Debian's libc has
+    (``./misc``). Directory entry 0 is that same directory: joined to it again, every file read
+    ``sub/sub/prog.c`` (binutils and llvm-symbolizer print that too; gdb ``./sub/prog.c``)."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "prog.c").write_text(C_SOURCE)
+    binary = tmp_path / "prog"
+    subprocess.run(["gcc", "-O2", "-g", *flags, f"-ffile-prefix-map={tmp_path}=.", "-o", str(binary), "prog.c"],
+                   check=True, cwd=sub)  # fmt: skip
+    every, _calls = instructions(str(binary), "main")
+    files = {f.file for chain in DwarfResolver(ElfFile(str(binary))).resolve(every) for f in chain or []}
+    assert files == {"sub/prog.c"}
+
+
 def test_c_call_chains_are_outermost_first(c_programs):
     path = c_programs["dwarf5"]
     _every, calls = instructions(path, "main")

@@ -29,6 +29,12 @@ the second opinion, used only where binutils 2.40 is known to be wrong or to tak
    (``std::sort<...>``, ``f()::{lambda#1}::operator()``), so a tool's name must match nprof's unqualified
    end: the part after the last ``::`` that is outside template arguments and parentheses.
 
+7. **A relative DW_AT_comp_dir** (glibc's units: ``./misc``, built with ``-ffile-prefix-map``): both tools
+   join it with directory entry 0, which is that same directory, for the files in it
+   (``misc/misc/mntent_r.c``); gdb and nprof take directory 0 as the unit's directory once
+   (``misc/mntent_r.c``). A relative path of theirs that starts with one run of components twice matches
+   with the run once.
+
 Lines and the number of frames must always equal addr2line's.
 """
 
@@ -135,12 +141,23 @@ def disagreement(mine: Sequence[FrameInfo], reference: list[Level], second: list
         other = second[depth] if second and len(second) == len(reference) else None
         if line != ref_line:
             return f"level {depth}: line {line}, addr2line has {ref_line}"
-        if file != ref_file and (other is None or file != other[1]):
+        if file != ref_file and (other is None or file != other[1]) and file != undoubled(ref_file):
             return f"level {depth}: file {file}, addr2line has {ref_file}, llvm-symbolizer {other}"
         name = unqualified(name, ref_name, other[0] if other else None)
         if canonical(name) != canonical(ref_name) and (other is None or canonical(name) != canonical(other[0])):
             return f"level {depth}: name {name!r}, addr2line has {ref_name!r}, llvm-symbolizer {other}"
     return None
+
+
+def undoubled(path: str | None) -> str | None:
+    """``misc/misc/x.c`` -> ``misc/x.c``: a relative path whose first components come twice, once (rule 7)."""
+    if path is None or path.startswith("/"):
+        return path
+    parts = path.split("/")
+    for k in range(1, len(parts) // 2 + 1):
+        if parts[:k] == parts[k : 2 * k]:
+            return "/".join(parts[k:])
+    return path
 
 
 # --- the oracle's own rules ---------------------------------------------------------------------------
@@ -155,6 +172,13 @@ def test_canonical_spellings_agree():
     assert canonical(libiberty) == canonical(llvm) == canonical(nprof)
     assert canonical("xdr_uint32_t@GLIBC_2.2.5") == canonical("xdr_uint32_t@@GLIBC_2.2.5") == "xdr_uint32_t"
     assert canonical("main") == "main"
+
+
+def test_a_doubled_relative_directory_is_taken_once():
+    assert undoubled("misc/misc/mntent_r.c") == "misc/mntent_r.c"
+    assert undoubled("a/b/a/b/x.c") == "a/b/x.c"
+    assert undoubled("include/stdio.h") == "include/stdio.h" and undoubled("/a/a/x.c") == "/a/a/x.c"
+    assert disagreement([FrameInfo("f", "misc/x.c", 3)], [("f", "misc/misc/x.c", 3)], None) is None
 
 
 def test_disagreement_rules():

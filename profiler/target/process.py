@@ -11,7 +11,7 @@ import struct
 from profiler.errors import NoSuchProcess, TargetError
 from profiler.target import procfs
 from profiler.target.libc import libc
-from profiler.target.maps import Mapping, MappingIndex, read_maps
+from profiler.target.maps import Mapping, MappingIndex, executable_lines, read_maps
 from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.ptrace import StackReader
 
@@ -153,6 +153,10 @@ class TargetProcess:
     def refresh_maps(self) -> MappingIndex:
         self.maps = MappingIndex(read_maps(self.pid))
         return self.maps
+
+    def code_map_lines(self) -> bytes | None:
+        """The lines of the maps that map code, unparsed (``maps.executable_lines``): a cheap test of change."""
+        return executable_lines(self.pid)
 
     def alive(self) -> bool:
         return procfs.process_alive(self.pid)

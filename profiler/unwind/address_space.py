@@ -9,8 +9,12 @@ CFI unwound) the refresh happens at once: the maps read are older than the code 
 every sample until a later refresh would show a bare address with no callers. A program that loads
 libraries as it goes (``import numpy`` maps 14 of them, one after another) loses none of its samples.
 Any other pc (from a frame-pointer walk through code that uses rbp for data) refreshes at most once per
-``REFRESH_INTERVAL``. A library unloaded and another loaded at the same addresses causes no miss at all:
-the maps are read again every ``RECHECK_INTERVAL`` anyway (``recheck``).
+``REFRESH_INTERVAL``. A library unloaded and another loaded at the same addresses causes no miss: its
+pcs are named and unwound from the first one, whose ranges still cover them, until the maps are read
+again. So the lines of the maps that map code are compared with the last ones every ``RECHECK_INTERVAL``
+(``recheck``), and the maps are parsed again only when they changed. Reading them whole every second, a
+program that swapped one library for another at the same address showed 68 of 226 samples as a lone
+frame named from the first library.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from profiler.target.process import TargetProcess
 #: least time between two refreshes caused by pcs that may not be code (a frame-pointer walk can yield any
 #: value, and reading the maps costs: 0.8 ms for the 186 mappings of a Python that imported numpy)
 REFRESH_INTERVAL = 0.2
-#: longest time the maps go unread: ``dlclose`` then ``dlopen`` of another library often maps it where the
-#: first one was, and every pc in it would be named from the first one, whose ranges still cover it (a
-#: Python that imported numpy: 0.8 ms per read, so 0.1% of a core)
-RECHECK_INTERVAL = 1.0
+#: longest time the code mapped goes unchecked: ``dlclose`` then ``dlopen`` of another library often maps
+#: it where the first one was, and every pc in it would be named from the first one, whose ranges still
+#: cover it (a Python that imported numpy: 50-130 us a check, ``maps.executable_lines``; 0.1% of a core)
+RECHECK_INTERVAL = 0.1
 #: x86-64's base page is 4 KiB (the kernel's PAGE_SHIFT): a code pc that is still unknown right after a
 #: refresh makes its page stop triggering refreshes of its own
 PAGE_SHIFT = 12
@@ -90,7 +94,8 @@ class AddressSpace:
         self.registry = registry or ModuleRegistry()
         self._starts: list[int] = []
         self._entries: list[ModuleEntry] = []
-        self._last_refresh = 0.0
+        self._last_refresh = self._last_check = 0.0
+        self._code_lines: bytes | None = None
         #: pages of code pcs still outside every mapping right after a refresh (the [vsyscall] page, code
         #: unmapped since its capture): their misses refresh only as often as other pcs' do
         self._missed_pages: set[int] = set()
@@ -126,8 +131,15 @@ class AddressSpace:
         return entry
 
     def recheck(self, now: float) -> None:
-        """Read the maps again if nothing did for ``RECHECK_INTERVAL`` (between ticks)."""
-        if now - self._last_refresh >= RECHECK_INTERVAL:
+        """Check the code mapped if nothing did for ``RECHECK_INTERVAL`` (between ticks)."""
+        if now - self._last_check >= RECHECK_INTERVAL:
+            self._check(now)
+
+    def _check(self, now: float) -> None:
+        """Read the maps again if the lines that map code changed since the last check or read."""
+        self._last_check = now
+        lines = self.process.code_map_lines()
+        if lines is not None and lines != self._code_lines:
             self.refresh()
 
     def _find(self, avma: int) -> ModuleEntry | None:
@@ -139,7 +151,8 @@ class AddressSpace:
         return None
 
     def refresh(self) -> None:
-        self._last_refresh = time.monotonic()
+        self._last_refresh = self._last_check = time.monotonic()
+        self._code_lines = self.process.code_map_lines()  # what the next check compares with
         maps = self.process.refresh_maps().mappings
         if not maps and self._entries:  # gone since (an exit between ticks): keep what the samples need
             return

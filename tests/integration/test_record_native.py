@@ -212,7 +212,10 @@ def test_libraries_loaded_while_recording_are_named_at_once(loader_and_libs, tmp
 def test_a_library_loaded_where_another_was_is_named_from_its_own_file(swapped_libs, tmp_path):
     """dlclose of one library, then dlopen of another mapped at the same addresses: no pc falls outside
     the maps nprof read, so nothing made it read them again, and every sample of the second was named
-    from the first. The maps are read again at least every second (address_space.RECHECK_INTERVAL)."""
+    from the first. The lines of the maps that map code are compared every 0.1 s
+    (``address_space.RECHECK_INTERVAL``). Reading the maps every second, a third of the second library's
+    samples (each runs 1.5 s) were named work_a, and 68 of 226 samples of another program whose second
+    library's layout differs were lone frames named from the first."""
     loader, libs = swapped_libs
     out = str(tmp_path / "swapped.speedscope.json")
     report = str(tmp_path / "addresses")
@@ -226,4 +229,4 @@ def test_a_library_loaded_where_another_was_is_named_from_its_own_file(swapped_l
     [profile] = read_speedscope(out)
     a, total = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_a")))
     b, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_b")))
-    assert a / total >= 0.3 and b / total >= 0.3, f"work_a {a}/{total}, work_b {b}/{total}"
+    assert a / total >= 0.4 and b / total >= 0.4, f"work_a {a}/{total}, work_b {b}/{total}"

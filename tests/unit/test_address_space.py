@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from profiler.binary.objfile import ObjectFileCache
 from profiler.target.maps import Mapping, MappingIndex
-from profiler.unwind.address_space import AddressSpace
+from profiler.unwind.address_space import RECHECK_INTERVAL, AddressSpace
 
 FIRST = Mapping(0x10000, 0x11000, "r-xp", 0, 0, "")  # anonymous code (a JIT's): no file is opened
 LOADED = Mapping(0x20000, 0x21000, "r-xp", 0, 0, "")  # mapped after the first read of the maps
@@ -21,6 +21,9 @@ class FakeProcess:
     def refresh_maps(self) -> MappingIndex:
         self.reads += 1
         return MappingIndex(list(self.mappings))
+
+    def code_map_lines(self) -> bytes:
+        return repr([m for m in self.mappings if m.executable]).encode()
 
 
 def space_after_a_load() -> tuple[AddressSpace, FakeProcess]:
@@ -58,3 +61,21 @@ def test_known_pcs_never_read_the_maps() -> None:
         assert space.find(0x10010, code=True) is not None
         assert space.find(0x10020) is not None
     assert process.reads == 1
+
+
+def test_a_library_swapped_at_the_same_addresses_is_seen_at_the_next_check() -> None:
+    """dlclose, then dlopen of another library mapped where the first was: no pc misses, so only the
+    periodic check of the code mapped sees it; a check that finds the same code mapped reads nothing."""
+    process = FakeProcess()
+    space = AddressSpace(process, ObjectFileCache())  # type: ignore[arg-type]
+    first = space.find(0x10010, code=True)
+    now = space._last_check + 1.0
+    space.recheck(now)
+    assert process.reads == 1, "nothing changed: the maps are not read"
+    process.mappings = [Mapping(0x10000, 0x11000, "r-xp", 0, 0, "[anon:other]")]
+    space.recheck(now + RECHECK_INTERVAL / 2)
+    assert process.reads == 1, "checked at most every RECHECK_INTERVAL"
+    space.recheck(now + 2 * RECHECK_INTERVAL)
+    second = space.find(0x10010, code=True)
+    assert process.reads == 2 and first is not None and second is not None
+    assert second.module.id != first.module.id

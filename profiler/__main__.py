@@ -2,6 +2,6 @@
 
 import sys
 
-from profiler.cli.main import main
+from profiler.entry import main
 
 sys.exit(main())

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -214,3 +215,22 @@ def test_corrupt_session_file(tmp_path):
     bad = tmp_path / "bad.nprof"
     bad.write_bytes(b"this is not a zip archive")
     assert_error(run_nprof("report", str(bad), "-o", str(tmp_path / "x.folded")), 6, "not an nprof session file")
+
+
+def test_ctrl_c_while_nprof_starts_is_not_a_traceback():
+    """Ctrl-C during the command line's imports (0.5-1.8 s here) printed a KeyboardInterrupt traceback from
+    numpy's or capstone's import. The import is made to raise it here, deterministically."""
+    raise_in_import = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def interrupted(name, *args, **kwargs):\n"
+        "    if name == 'profiler.cli.main':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = interrupted\n"
+        "from profiler.entry import main\n"
+        "sys.exit(main())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", raise_in_import], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert "interrupted while starting" in result.stderr

@@ -3,11 +3,13 @@ session and the modules, after the last tick (``Sampler.close`` passes each mess
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from profiler.binary.objfile import ObjectFile
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
-from profiler.model import StopReason
+from profiler.model import FrameKind, Module, StopReason
 from profiler.sampling.session import Session
 
 #: the end of a recording says that the stack window was too small when at least this share of the
@@ -78,4 +80,31 @@ def other_stack_samples(session: Session) -> str | None:
     return (
         f"{many} were taken in signal handlers running on an alternate signal stack (sigaltstack); nprof "
         "copies only the stack a thread runs on, so the callers of the code each handler interrupted are missing"
+    )
+
+
+def no_unwind_info(session: Session, modules: Sequence[Module]) -> str | None:
+    """Say so when many walks stopped at code with neither CFI nor a frame-pointer frame to walk, and where:
+    hand-written assembly without CFI directives, code built with ``-fno-asynchronous-unwind-tables`` and
+    without frame pointers, JIT code in anonymous memory. Every such sample lacks all the callers of that
+    code, which the profile shows only as a stack that starts there."""
+    many = _cut_short(session, StopReason.NO_UNWIND_INFO)
+    if many is None:
+        return None
+    where: Counter[str] = Counter()
+    kinds = session.frames.columns()["kind"]
+    module_of = session.frames.columns()["module"]
+    for (_thread, sid, stop, _cls), n in session.samples.items():
+        if stop != StopReason.NO_UNWIND_INFO:
+            continue
+        outermost = next((f for f in session.stacks.frames(sid) if kinds[f] == FrameKind.NATIVE), None)
+        mid = int(module_of[outermost]) if outermost is not None else -1
+        module = modules[mid] if 0 <= mid < len(modules) else None
+        where[os.path.basename(module.path) if module is not None and module.file_backed else
+              (module.path if module is not None else "unknown code")] += n  # fmt: skip
+    places = ", ".join(f"{name} ({n:,})" for name, n in where.most_common(3))
+    return (
+        f"{many} stopped at code with no unwind information and no frame-pointer frame, so their callers are "
+        f"missing: in {places}. Code built with -fasynchronous-unwind-tables (gcc's default) or "
+        "-fno-omit-frame-pointer unwinds; JIT code in anonymous memory ([anon:...]) needs frame pointers"
     )

@@ -21,6 +21,7 @@ from profiler.sampling.collector import SurvivorFreezer
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.notices import (
     depth_limit_shortfall,
+    no_unwind_info,
     other_stack_samples,
     stack_window_shortfall,
     unwind_problems,
@@ -299,9 +300,11 @@ class Sampler:
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
         for message in unwind_problems(self.modules.objects.values(), self.session):
             self._notice(message)
+        self.session.modules = list(self.modules.modules)
         for shortfall in (stack_window_shortfall(self.session, self.config.stack_bytes),
                           depth_limit_shortfall(self.session, self.config.max_frames),
-                          other_stack_samples(self.session)):  # fmt: skip
+                          other_stack_samples(self.session),
+                          no_unwind_info(self.session, self.session.modules)):  # fmt: skip
             if shortfall:
                 self._notice(shortfall)
         if self.timer.late_ticks:

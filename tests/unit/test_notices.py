@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from profiler.model import FrameKind, SampleClass, StopReason
-from profiler.sampling.notices import depth_limit_shortfall, other_stack_samples, stack_window_shortfall
+from profiler.model import FrameKind, Module, SampleClass, StopReason
+from profiler.sampling.notices import (
+    depth_limit_shortfall, no_unwind_info, other_stack_samples, stack_window_shortfall,
+)  # fmt: skip
 from profiler.sampling.session import Session, SessionMeta
 
 
@@ -30,3 +32,17 @@ def test_notices_need_one_percent_and_ten_samples():
     assert stack_window_shortfall(session_with(StopReason.WINDOW_EXHAUSTED, 10, 2000), 4096) is None
     assert other_stack_samples(session_with(StopReason.OTHER_STACK, 10, 100)) is not None
     assert other_stack_samples(session_with(StopReason.WINDOW_EXHAUSTED, 10, 100)) is None
+
+
+def test_walks_stopped_without_unwind_info_name_the_code_they_stopped_in():
+    """Where the walk stopped is the outermost native frame of the stack: its module is named, file-backed
+    ones by their file name, the busiest first."""
+    session = session_with(StopReason.NO_UNWIND_INFO, 30, 100)
+    modules = [Module(0, "[anon:7f00]", None, 0, 0x1000, 0, False), Module(1, "/opt/lib/libasm.so", None, 0, 0, 0)]
+    thread = session.thread_index(1, 1, 1, "main")
+    deeper = session.intern_stack(((FrameKind.NATIVE, 0, 0x10, 0), (FrameKind.NATIVE, 1, 0x20, 0)))
+    session.add_sample(thread, deeper, StopReason.NO_UNWIND_INFO, SampleClass.RUNNING, 12)
+    notice = no_unwind_info(session, modules)
+    assert notice is not None and notice.startswith("42 samples (37.5%)")
+    assert "in [anon:7f00] (30), libasm.so (12)" in notice
+    assert no_unwind_info(session_with(StopReason.NO_UNWIND_INFO, 5, 100), modules) is None

@@ -95,6 +95,13 @@ def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]
     ``module+0xoffset`` where none covers the address."""
     symbols = obj.symbols if obj is not None else None
     hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
+    if symbols is not None and None in hits:
+        # a return address looked up one byte back (a caller's frame) that no symbol covers, while a function
+        # starts right after it: a return address made up to enter that function, not one after a call
+        # (glibc's makecontext pushes __start_context's address as the new context's return address)
+        after = symbols.lookup_many([rel + 1 for rel in rels])
+        hits = [hit if hit is not None or next_ is None or next_[1] != rel + 1 else next_
+                for rel, hit, next_ in zip(rels, hits, after)]  # fmt: skip
     labels = symbols.label_many(rels) if symbols is not None and None in hits else [None] * len(rels)
     stubs: list[str | None] = [None] * len(rels)
     if obj is not None and any(h is None and c is None for h, c in zip(hits, labels)):

@@ -128,3 +128,18 @@ def test_the_symbolizer_names_a_pc_in_a_stub(programs):
     module = Module(id=0, path=path, build_id=None, start=0, end=0, bias=0)
     names = _symbol_names(module, ObjectFile(ElfFile(path)), [strlen + 6, plt0 + 2])
     assert names == ["strlen@plt", f"{os.path.basename(path)}+0x{plt0 + 2:x}"]
+
+
+def test_a_return_address_made_up_to_enter_a_function_is_named_after_it():
+    """glibc's makecontext pushes ``__start_context``'s address as the new context's return address: looked
+    up one byte back, as a caller's return address is, it fell in the padding before the function and
+    showed as ``libc.so.6+0x519bf``. An address no symbol covers, right before a function's start, is
+    named after that function."""
+    path = "/lib/x86_64-linux-gnu/libc.so.6"
+    obj = ObjectFile(ElfFile(path))
+    start = obj.symbols.address_of("__start_context") if obj.symbols is not None else None
+    if start is None:
+        pytest.skip("libc's __start_context is not in its symbols (libc6-dbg not installed)")
+    module = Module(0, path, obj.build_id, 0, 0, 0)
+    assert obj.symbols.lookup(start[0] - 1) is None, "libc is laid out with padding before it"
+    assert _symbol_names(module, obj, [start[0] - 1, start[0] + 1]) == ["__start_context"] * 2

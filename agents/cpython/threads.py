@@ -140,7 +140,7 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
         running = [info for info in infos if innermost_frame(read, info.addr, layout)]
         chosen = by_key[key] = running[0] if running else infos[0]
         shared.add(chosen.addr)
-        if len(running) > 1:
+        if any(info.interp != chosen.interp for info in running[1:]):  # (not a stale state of the same one)
             nested.add(chosen.addr)
     return ThreadMap(by_key, states, interpreters, complete, frozenset(shared), frozenset(nested))
 

@@ -87,7 +87,8 @@ def snapshot(
     except BaseException:
         sampler.tracer.detach_all()
         raise
-    resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
+    for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
+        print(f"nprof: {message}", file=sys.stderr)
     threads = []
     kinds = session.frames.kinds()
     for (thread, stack, _stop, cls), _n in session.samples.items():

@@ -213,7 +213,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         finally:
             status.clear()
             sampler.close()
-        resolve(session, sampler.modules.objects, sampler.processes.agent_sessions)
+        for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
+            print(f"nprof: {message}", file=sys.stderr)
         why = _why_it_ended(sampler, stop, config)
         written = _write_outputs(session, output, exporter, export)
         _print_summary(session, why, written, export)

@@ -48,6 +48,8 @@ def module_label(module: Module | None) -> str:
 class Symbolized:
     frames: list[FrameInfo]  #: per frame id: the function it is in (outermost of an inline chain)
     inlined: dict[int, list[FrameInfo]]  #: frame id -> the inlined calls inside it, outermost first
+    #: one line per module whose DWARF could not be read whole: its frames there may lack lines or inlines
+    notices: list[str] = dataclasses.field(default_factory=list)
 
 
 def symbolize(
@@ -72,11 +74,12 @@ def symbolize(
         else:
             out[fid] = FrameInfo(f"[{int(addresses[fid])}]")
     deadline = time.monotonic() + dwarf_budget
+    notices: list[str] = []
     for mid, fids in by_module.items():
         module = session.modules[mid] if 0 <= mid < len(session.modules) else None
         rels = [int(a) for a in addresses[fids]]
         names = _symbol_names(module, objects.get(mid), rels)
-        lines = _dwarf_frames(objects.get(mid), rels, deadline)
+        lines = _dwarf_frames(objects.get(mid), rels, deadline, notices)
         label = module_label(module) if module is not None else None
         for fid, name, chain in zip(fids, names, lines):
             if chain:
@@ -87,7 +90,7 @@ def symbolize(
                 out[fid] = FrameInfo(name, module=label)
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
     _mark_interpreter_frames(session, infos, inlined, agents or {}, kinds, modules, addresses)
-    return Symbolized(infos, inlined)
+    return Symbolized(infos, inlined, notices)
 
 
 def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> list[str]:
@@ -122,8 +125,11 @@ def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]
     return out
 
 
-def _dwarf_frames(obj: ObjectFile | None, rels: Sequence[int], deadline: float) -> list[list[FrameInfo] | None]:
-    """Per address, its frames from DWARF (outermost first), or None/[] where DWARF does not say."""
+def _dwarf_frames(
+    obj: ObjectFile | None, rels: Sequence[int], deadline: float, notices: list[str]
+) -> list[list[FrameInfo] | None]:
+    """Per address, its frames from DWARF (outermost first), or None/[] where DWARF does not say. What
+    could not be read is said in ``notices``, once per file."""
     if obj is None or time.monotonic() >= deadline:
         return [None] * len(rels)
     elf = obj.debug_elf if obj.debug_elf is not None and has_debug_info(obj.debug_elf) else obj.elf
@@ -133,7 +139,12 @@ def _dwarf_frames(obj: ObjectFile | None, rels: Sequence[int], deadline: float) 
         resolver = DwarfResolver(elf, obj.symbols)
     except BinaryError:
         return [None] * len(rels)
-    return resolver.resolve(rels, deadline=deadline)
+    frames = resolver.resolve(rels, deadline=deadline)
+    problems = len(resolver.notes) + resolver.dropped_notes
+    if problems:
+        notices.append(f"{elf.path}: {problems} part(s) of its DWARF could not be read, so frames there may lack "
+                       f"source lines or inlined calls (first: {resolver.notes[0]})")  # fmt: skip
+    return frames
 
 
 def _runtime_info(
@@ -180,8 +191,11 @@ def _mark_interpreter_frames(
 
 def resolve(
     session: Session, objects: Mapping[int, ObjectFile], agents: Mapping[str, AgentSession] | None = None
-) -> None:
-    """Symbolize in place, so exporters and the session file see names."""
+) -> list[str]:
+    """Symbolize in place, so exporters and the session file see names. Returns what the user must be told
+    (files whose DWARF could not be read whole), also kept in the session's notices."""
     result = symbolize(session, objects, agents)
     session.frame_info = result.frames
     session.inlined = result.inlined
+    session.meta.notices.extend(result.notices)
+    return result.notices

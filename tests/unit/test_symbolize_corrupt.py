@@ -20,7 +20,9 @@ import time
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from profiler.binary.cache import TableCache
 from profiler.binary.elf import ElfFile
+from profiler.binary.objfile import ObjectFileCache
 from profiler.errors import BinaryError
 from profiler.model import FrameInfo
 from profiler.symbolize.dwarf import DwarfResolver
@@ -30,6 +32,7 @@ from profiler.symbolize.dwarf_sections import DebugSections
 from profiler.symbolize.dwarf_units import read_unit_header
 from profiler.symbolize.line_header import LineHeader
 from profiler.symbolize.line_table import LineTable
+from profiler.symbolize.symbolizer import _dwarf_frames
 from tests.unit.test_symbolize_dwarf import C_SOURCE, build, instructions
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed")
@@ -226,3 +229,23 @@ def test_compressed_section_with_a_lying_header(program, tmp_path):
         struct.pack_into("<Q", damaged, start + 8, ch_size)  # Elf64_Chdr.ch_size
         results, resolver = resolve_damaged(bytes(damaged), addresses)
         assert resolver is not None and resolver.notes and all(frames == [] for frames in results)
+
+
+def test_a_file_whose_dwarf_is_damaged_is_named_in_a_notice(tmp_path, program):
+    """The resolver's notes used to end with it: a damaged debug file lost its lines without a word. The
+    symbolizer says which file, and the first thing that could not be read."""
+    data, addresses, _healthy = program
+    offset, _size = section_range(data, ".debug_info")
+    damaged = bytearray(data)
+    damaged[offset + 8 : offset + 12] = struct.pack("<I", 0xFFFFFF00)  # the first unit's abbrev offset (DWARF 5)
+    path = tmp_path / "damaged"
+    path.write_bytes(bytes(damaged))
+    obj = ObjectFileCache(TableCache("cfi", enabled=False)).open(str(path), str(path))
+    notices: list[str] = []
+    _dwarf_frames(obj, addresses, float("inf"), notices)
+    assert len(notices) == 1 and notices[0].startswith(f"{path}: ") and "could not be read" in notices[0]
+    healthy_notices: list[str] = []
+    (tmp_path / "healthy").write_bytes(data)
+    _dwarf_frames(ObjectFileCache(TableCache("cfi", enabled=False)).open(str(tmp_path / "healthy")), addresses,
+                  float("inf"), healthy_notices)  # fmt: skip
+    assert healthy_notices == []

@@ -51,7 +51,7 @@ def parse_maps(text: str) -> list[Mapping]:
                 perms=parts[1],
                 offset=int(parts[2], 16),
                 inode=int(parts[4]),
-                path=parts[5].strip() if len(parts) > 5 else "",
+                path=_unescape(parts[5].strip()) if len(parts) > 5 else "",
             )
         )
     return mappings
@@ -66,6 +66,12 @@ def read_maps(pid: int) -> list[Mapping]:
         task = live_task_dir(pid)
         text = read_text(f"{task}/maps") if task is not None else None
     return parse_maps(text) if text else []
+
+
+def _unescape(path: str) -> str:
+    """A path as the file system has it: the kernel writes a newline in a maps path as ``\\012``
+    (fs/proc/task_mmu.c: ``seq_file_path(m, file, "\\n")``), which would not open."""
+    return path.replace("\\012", "\n") if "\\" in path else path
 
 
 def executable_lines(pid: int) -> bytes | None:

@@ -138,10 +138,31 @@ class TargetProcess:
         return procfs.target_path(self.pid, path)
 
     def mapped_file_path(self, mapping: Mapping) -> str:
-        """A host path for a mapping's file, falling back to /proc/PID/map_files for deleted files."""
+        """A path in nprof's namespace to the very file a mapping maps: the first of the target's path under
+        /proc/PID/root and the path as written whose inode is the mapping's, else /proc/PID/map_files
+        (which needs CAP_SYS_ADMIN), else the first.
+
+        The maps give paths as the *reader* resolves them: a process in another mount namespace (a
+        container) has its files under /proc/PID/root, but a chroot'ed one has them at the path as
+        written (the chroot's directory included), and under /proc/PID/root not at all: every frame of a
+        chroot'ed Python was unnamed. A path may also lead to another file than the one mapped (a mount over
+        it since, in the target's namespace or ours): its inode tells them apart. A deleted file is read
+        through map_files."""
+        by_map = f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
         if mapping.deleted:
-            return f"/proc/{self.pid}/map_files/{mapping.start:x}-{mapping.end:x}"
-        return self.host_path(mapping.path)
+            return by_map
+        rooted = self.host_path(mapping.path)
+        for candidate in (rooted, mapping.path) if rooted != mapping.path else (rooted,):
+            try:
+                if os.stat(candidate).st_ino == mapping.inode:
+                    return candidate
+            except OSError:
+                continue
+        try:
+            os.stat(by_map)
+            return by_map
+        except OSError:
+            return rooted
 
     def after_exec(self) -> None:
         """The same pid now runs another program: read what names it again."""

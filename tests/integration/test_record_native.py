@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -12,7 +13,9 @@ from profiler.model import StopReason
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share
 from profiler.target import procfs
-from tests.support.targets import assert_running_free, run_nprof, running_target, stop, wait_until
+from tests.support.targets import (
+    FRAME_POINTERS, assert_running_free, build_c, run_nprof, running_target, stop, wait_until,
+)  # fmt: skip
 
 DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack
 
@@ -230,3 +233,22 @@ def test_a_library_loaded_where_another_was_is_named_from_its_own_file(swapped_l
     a, total = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_a")))
     b, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_b")))
     assert a / total >= 0.4 and b / total >= 0.4, f"work_a {a}/{total}, work_b {b}/{total}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chroot") is None, reason="chroot(2) needs root")
+def test_a_chrooted_target_is_named_from_its_files(tmp_path):
+    """/proc/PID/maps gives paths as the reader resolves them: a chroot'ed process's files at their host
+    path, the chroot's directory included, which /proc/PID/root (the target's root, for a container's
+    files) does not have under it. Every frame of a chroot'ed program was unnamed (chain+0x1234); the path
+    whose inode is the mapping's is read now."""
+    root = tmp_path / "root"
+    (root / "bin").mkdir(parents=True)
+    binary = build_c("chain.c", str(root / "bin"), (*FRAME_POINTERS, "-static"), name="chain")
+    out = str(tmp_path / "chroot.speedscope.json")
+    with running_target(["chroot", str(root), "/bin/chain"], ready_at=3) as target:
+        assert os.readlink(f"/proc/{target.pid}/exe") == binary
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
+        assert result.returncode == 0, result.stderr
+    [profile] = read_speedscope(out)
+    named, total = share(profile.stacks, lambda s: ends_with(s, ("main", "a", "b", "c", "spin")) or "recurse" in s)
+    assert total > 0 and named / total >= 0.9, f"{named}/{total} samples named from the chroot's binary"

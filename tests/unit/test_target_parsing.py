@@ -95,3 +95,9 @@ def test_a_static_python_is_found_by_its_executable_mapping():
     static = MAPS.replace("/usr/bin/prog", "/usr/bin/python3.11")
     m = interpreter_mapping(MappedProcess(static + LIBPYTHON_READ_ONLY, "/usr/bin/python3.11"))  # type: ignore[arg-type]
     assert m is not None and m.path == "/usr/bin/python3.11" and m.executable
+
+
+def test_a_newline_in_a_mapped_path_is_unescaped():
+    """The kernel writes a newline in a maps path as \\012: the path must be the file's, to be opened."""
+    [m] = parse_maps("7f00-7f01 r-xp 00000000 08:01 123 /tmp/new\\012line/lib.so\n")
+    assert m.path == "/tmp/new\nline/lib.so"

@@ -41,6 +41,7 @@ from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
+from profiler.target.procfs import namespace_tid
 from profiler.target.process import TargetProcess
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
@@ -53,6 +54,8 @@ NAMES_MISSING_AGE = 0.2
 #: captures of the main thread without a thread state, and none with one, before the end of a recording
 #: says Python frames were never read: a few are normal while a fresh interpreter starts up
 MAIN_UNMAPPED_NOTICE = 20
+#: host tids remembered with their tid in the target's pid namespace before the memory starts over
+MAX_NS_TIDS = 1 << 16
 
 
 @dataclass
@@ -103,6 +106,12 @@ class CPythonSession:
         self.functions = InterpreterFunctions(interpreter.obj.symbols, interpreter.bias)
         self._copier = ChainCopier(self.layout, interpreter.runtime)
         self._native_keys = self._copier.native_keys
+        #: 3.11+ key thread states by ``native_thread_id``, the tid in the target's own pid namespace: in
+        #: another one than nprof's (``unshare -p``, a container), the host tid -> that tid, read once per
+        #: thread; None where the two are the same, as they mostly are
+        self._ns_tids: dict[int, int] | None = None
+        if self._native_keys and namespace_tid(process.pid, process.pid) not in (process.pid, None):
+            self._ns_tids = {}
         self._slots: dict[int, ThreadSlot] = {}
         self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
         self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
@@ -151,7 +160,7 @@ class CPythonSession:
 
     def thread_state_of(self, tid: int, fs_base: int = 0) -> ThreadStateInfo | None:
         """The thread state mapped to an OS thread (3.11+ by tid, before by its ``fs_base``)."""
-        slot = self._slots.get(tid if self._native_keys else fs_base)
+        slot = self._slots.get(self._key_of(tid) if self._native_keys else fs_base)
         return slot.info if slot is not None else None
 
     # --- while the thread is stopped ----------------------------------------------------------------------
@@ -159,7 +168,7 @@ class CPythonSession:
     def capture(self, tid: int, regs: object) -> StackCapture:
         """Copy the thread's frame chain (syscalls only). ``UNMAPPED``, with no frames, when no Python thread
         state is known for the thread: ``settle`` looks for one after resume, if it is a new thread."""
-        key = tid if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
+        key = self._key_of(tid) if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
         slot = self._bound_slot(key, tid)
         self.stats.captures += 1
         if slot is None:
@@ -181,6 +190,20 @@ class CPythonSession:
         if out.status == CaptureStatus.STALE:
             self.walks.lost(tid)  # the thread state moved on (thread exited, tid reused)
         return out
+
+    def _key_of(self, tid: int) -> int:
+        """A host tid as its thread state knows it (3.11+: ``native_thread_id``). In another pid namespace, read
+        from /proc once per thread, at its first capture (a Python 3.12 in ``unshare -p`` matched none of
+        its thread states by host tid, and showed no Python frame)."""
+        ns_tids = self._ns_tids
+        if ns_tids is None:
+            return tid
+        key = ns_tids.get(tid)
+        if key is None:
+            if len(ns_tids) >= MAX_NS_TIDS:
+                ns_tids.clear()
+            key = ns_tids[tid] = namespace_tid(self.process.pid, tid) or tid
+        return key
 
     def _bound_slot(self, key: int, tid: int) -> ThreadSlot | None:
         """The slot of ``key`` if it is this OS thread's: the first capture since the last walk binds it to
@@ -210,7 +233,8 @@ class CPythonSession:
         A newest frame the plan lacks (a call's new frame object on 3.8-3.10, a generator's frame on 3.11+)
         is found by the walk after resume, and costs a second stop: looking for it here cost every stop
         2-4 us (2% of the stops of a pytest run on 3.11 and of a request mix on 3.10 lacked it)."""
-        slot = self._bound_slot(tid if self._native_keys else regs.fs_base, tid)  # type: ignore[attr-defined]
+        key = self._key_of(tid) if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
+        slot = self._bound_slot(key, tid)
         if slot is None or slot.pending is not None or slot.walk_next:
             return None
         snap = slot.snap

@@ -124,6 +124,19 @@ def target_path(pid: int, path: str) -> str:
     return f"{root}{path}"
 
 
+def namespace_tid(pid: int, tid: int) -> int | None:
+    """The thread's id in its own (innermost) pid namespace: the last field of ``NSpid`` in its status
+    (proc(5)), which is what ``gettid()`` returns inside it; None if the thread is gone."""
+    text = read_text(f"/proc/{pid}/task/{tid}/status")
+    if text is None:
+        return None
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return int(fields[-1]) if fields else tid
+    return tid  # a kernel before 4.1 has no NSpid: no namespaces to translate
+
+
 def thread_start_time(pid: int, tid: int) -> int | None:
     """Field 22 (starttime, clock ticks since boot): with the tid, a key no reused tid can collide with."""
     text = read_text(f"/proc/{pid}/task/{tid}/stat")

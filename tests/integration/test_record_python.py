@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -97,6 +98,24 @@ def test_perf_trampolines_are_unwound_through(interp, tmp_path):
         profile.detailed, lambda s: python_part(s, path) == chain and s[0][0] == "_start" and eval_loop_runs(s, path)
     )
     assert total > 0 and whole / total >= 0.95, f"{whole}/{total} samples from _start, with {chain} interleaved"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="unshare -p needs root")
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.10", "3.12", "3.13")])
+def test_a_python_in_its_own_pid_namespace_has_its_python_frames(interp, tmp_path):
+    """3.11+ find a thread's state by ``native_thread_id``, its tid in its own pid namespace; nprof knows
+    threads by their host tids. A Python in ``unshare -p`` (or a container with its own pid namespace)
+    matched none of its thread states and showed no Python frame; 3.8-3.10 find them by pthread_t."""
+    path = script("chain.py")
+    out = str(tmp_path / "ns.speedscope.json")
+    with running_target(["unshare", "-p", "-f", "--mount-proc", interp.path, path], ready_at=6) as launcher:
+        with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as f:
+            [python] = [int(pid) for pid in f.read().split()]
+        record(python, out)
+    [profile] = read_speedscope(out)
+    chain = ("<module>", "main", "outer", "middle", "inner")
+    exact, total = share(profile.detailed, lambda s: python_part(s, path) == chain)
+    assert total > 0 and exact / total >= 0.95, f"{exact}/{total} samples show exactly {chain}"
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)

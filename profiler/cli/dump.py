@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from profiler.binary.objfile import ObjectFileCache
+from profiler.cli.record import process_of_pid
 from profiler.config import SamplerConfig
 from profiler.model import FrameInfo, FrameKind, SampleClass
 from profiler.runtime import Agent
@@ -177,7 +178,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
 
 
 def run(args: argparse.Namespace, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]) -> int:
-    session, threads = snapshot(args.pid, args.native, args.locals, agent_factory)
+    session, threads = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory)
     if args.json:
         sys.stdout.buffer.write(render_json(session, threads) + b"\n")
     else:

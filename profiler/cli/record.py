@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         exporter = infer_format("", args.format)
 
     child = LaunchedCommand(command) if command else None  # forked, held before its exec
-    pid = child.pid if child is not None else args.pid
+    pid = child.pid if child is not None else process_of_pid(args.pid)
     sampler: Sampler | None = None
     try:
         name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
@@ -221,6 +221,20 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     if child is not None:
         return _wait_child(child, pid, session)
     return 0
+
+
+def process_of_pid(pid: int) -> int:
+    """The process ``--pid`` names, saying so when it was the id of one of its threads (``top -H`` lists
+    them): recorded under the thread's id, the whole process was labelled with it, and the recording
+    ended as the thread exited while the process ran on."""
+    process = procfs.process_of(pid)
+    status = procfs.read_status(process) if process != pid else None
+    if status is not None and status.state == "Z":
+        return pid  # a main thread that called pthread_exit: ptrace can attach through a live thread only
+    if process != pid:
+        print(f"nprof: {pid} is a thread of process {process} ({procfs.read_comm(process)}); profiling the "
+              "whole process", file=sys.stderr)  # fmt: skip
+    return process
 
 
 def _print_summary(session: Session, why: str, written: list[str], export: ExportConfig) -> None:

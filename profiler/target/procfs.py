@@ -124,6 +124,17 @@ def target_path(pid: int, path: str) -> str:
     return f"{root}{path}"
 
 
+def process_of(pid: int) -> int:
+    """The process (thread group) a pid names: itself, or, for the id of a thread that is not its process's
+    main thread (as ``top -H`` and ``ps -L`` list them), the process's pid. /proc/TID answers for any thread
+    though it is not listed; ``pid`` itself when it cannot be read (the checks that follow say why)."""
+    text = read_text(f"/proc/{pid}/status")
+    for line in (text or "").splitlines():
+        if line.startswith("Tgid:"):
+            return int(line.split()[1])
+    return pid
+
+
 def namespace_tid(pid: int, tid: int) -> int | None:
     """The thread's id in its own (innermost) pid namespace: the last field of ``NSpid`` in its status
     (proc(5)), which is what ``gettid()`` returns inside it; None if the thread is gone."""

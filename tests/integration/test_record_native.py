@@ -252,3 +252,17 @@ def test_a_chrooted_target_is_named_from_its_files(tmp_path):
     [profile] = read_speedscope(out)
     named, total = share(profile.stacks, lambda s: ends_with(s, ("main", "a", "b", "c", "spin")) or "recurse" in s)
     assert total > 0 and named / total >= 0.9, f"{named}/{total} samples named from the chroot's binary"
+
+
+def test_a_thread_id_given_as_pid_records_its_process(threads_fp, tmp_path):
+    """``top -H`` and ``ps -L`` list thread ids: given one, the whole process was recorded but labelled
+    with the thread's id, and the recording ended when that thread exited. Its process is recorded."""
+    out = str(tmp_path / "tid.speedscope.json")
+    with running_target([threads_fp]) as target:
+        assert wait_until(lambda: len(os.listdir(f"/proc/{target.pid}/task")) > 1)
+        tid = max(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
+        result = run_nprof("record", "--pid", str(tid), "-d", "1", "-o", out)
+        assert result.returncode == 0, result.stderr
+    assert f"{tid} is a thread of process {target.pid}" in result.stderr
+    assert Session.load(str(tmp_path / "tid.nprof")).meta.pid == target.pid
+    assert len(read_speedscope(out)) > 1, "every thread of the process is recorded"

@@ -56,6 +56,9 @@ class DumpThread:
     holds_gil: bool | None
     waiting_for_gil: bool
     frames: list[DumpFrame]  #: innermost first
+    #: why there are no frames: the thread did not stop in time (uninterruptible sleep, where a hung
+    #: program often is), with the kernel function it waits in where /proc says
+    unstopped: str | None = None
 
 
 def snapshot(
@@ -107,6 +110,14 @@ def snapshot(
             frames.append(frame)
         threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
                                   gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames))  # fmt: skip
+    for record in records:  # threads that never reported their stop: still listed, with why
+        if record.tid not in {t.tid for t in threads} and not record.gone:
+            state = record.proc.state() or states.get(record.tid, "?")
+            wchan = procfs.read_text(f"/proc/{pid}/task/{record.tid}/wchan") or ""
+            why = f"did not stop in time: {STATE_NAMES.get(state, state)}"
+            why += f", waiting in the kernel's {wchan}" if wchan and wchan != "0" else ""
+            threads.append(DumpThread(record.tid, procfs.read_comm(pid, record.tid) or record.name,
+                                      STATE_NAMES.get(state, "?"), None, False, [], why))  # fmt: skip
     threads.sort(key=lambda d: d.tid)
     return session, threads
 
@@ -133,6 +144,8 @@ def render_text(session: Session, threads: list[DumpThread]) -> str:
             flags.append("waiting for the GIL")
         lines.append("")
         lines.append(f"Thread {t.tid} ({t.name}) [{', '.join(flags)}]")
+        if t.unstopped:
+            lines.append(f"    (no stack: the thread {t.unstopped})")
         for f in t.frames:
             lines.append(f"    {f.info.name}{_where(f.info)}")
             for name, value in f.locals:
@@ -158,6 +171,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
                 "state": t.state,
                 "holds_gil": t.holds_gil,
                 "waiting_for_gil": t.waiting_for_gil,
+                **({"unstopped": t.unstopped} if t.unstopped else {}),
                 "frames": [
                     {
                         "kind": "python" if f.python else "native",

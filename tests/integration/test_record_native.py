@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -266,3 +267,24 @@ def test_a_thread_id_given_as_pid_records_its_process(threads_fp, tmp_path):
     assert f"{tid} is a thread of process {target.pid}" in result.stderr
     assert Session.load(str(tmp_path / "tid.nprof")).meta.pid == target.pid
     assert len(read_speedscope(out)) > 1, "every thread of the process is recorded"
+
+
+def test_dump_lists_a_thread_that_cannot_stop_and_says_why(tmp_path):
+    """A thread in uninterruptible sleep ("D": a hung program waiting in the kernel) does not stop for
+    ptrace until it wakes. ``nprof dump`` left it out without a word, though a hung thread is what one runs
+    ``dump`` to see; it lists it now, with its state and the kernel function it waits in."""
+    binary = build_c("stuck.c", str(tmp_path), FRAME_POINTERS, name="stuck")
+    with running_target([binary]) as target:
+        assert wait_until(lambda: procfs.read_status(target.pid).state == "D")
+        with open(f"/proc/{target.pid}/task/{target.pid}/children") as f:
+            [child] = [int(pid) for pid in f.read().split()]
+        try:
+            result = run_nprof("dump", "--pid", str(target.pid), "--json")
+            assert result.returncode == 0, result.stderr
+            assert_running_free(target.pid)
+        finally:
+            os.kill(child, signal.SIGKILL)  # (its parent, killed next, leaves it to init)
+    threads = {t["tid"]: t for t in json.loads(result.stdout)["threads"]}
+    main = threads[target.pid]
+    assert main["frames"] == [] and main["unstopped"].startswith("did not stop in time: disk sleep")
+    assert any(t["frames"] for tid, t in threads.items() if tid != target.pid), "the spinning thread's stack"

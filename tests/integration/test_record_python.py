@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 
 import pytest
 
@@ -111,7 +112,10 @@ def test_a_python_in_its_own_pid_namespace_has_its_python_frames(interp, tmp_pat
     with running_target(["unshare", "-p", "-f", "--mount-proc", interp.path, path], ready_at=6) as launcher:
         with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as f:
             [python] = [int(pid) for pid in f.read().split()]
-        record(python, out)
+        try:
+            record(python, out)
+        finally:
+            os.kill(python, signal.SIGKILL)  # the namespace's init: killing unshare does not end it
     [profile] = read_speedscope(out)
     chain = ("<module>", "main", "outer", "middle", "inner")
     exact, total = share(profile.detailed, lambda s: python_part(s, path) == chain)

@@ -36,6 +36,10 @@ REFRESH_INTERVAL = 0.2
 #: it where the first one was, and every pc in it would be named from the first one, whose ranges still
 #: cover it (a Python that imported numpy: 50-130 us a check, ``maps.executable_lines``; 0.1% of a core)
 RECHECK_INTERVAL = 0.1
+#: a check is made at most once per this many times what the last one cost: a process with tens of
+#: thousands of mappings (a JVM's, a big allocator's) takes milliseconds to list, and is checked less often,
+#: so checking never takes more than 1% of a core
+CHECK_SPACING = 100
 #: x86-64's base page is 4 KiB (the kernel's PAGE_SHIFT): a code pc that is still unknown right after a
 #: refresh makes its page stop triggering refreshes of its own
 PAGE_SHIFT = 12
@@ -95,6 +99,7 @@ class AddressSpace:
         self._starts: list[int] = []
         self._entries: list[ModuleEntry] = []
         self._last_refresh = self._last_check = 0.0
+        self._check_interval = RECHECK_INTERVAL
         self._code_lines: bytes | None = None
         #: pages of code pcs still outside every mapping right after a refresh (the [vsyscall] page, code
         #: unmapped since its capture): their misses refresh only as often as other pcs' do
@@ -131,14 +136,17 @@ class AddressSpace:
         return entry
 
     def recheck(self, now: float) -> None:
-        """Check the code mapped if nothing did for ``RECHECK_INTERVAL`` (between ticks)."""
-        if now - self._last_check >= RECHECK_INTERVAL:
+        """Check the code mapped if nothing did for ``RECHECK_INTERVAL`` (or ``CHECK_SPACING`` times what the
+        last check cost, if more), between ticks."""
+        if now - self._last_check >= self._check_interval:
             self._check(now)
 
     def _check(self, now: float) -> None:
         """Read the maps again if the lines that map code changed since the last check or read."""
         self._last_check = now
+        start = time.monotonic()
         lines = self.process.code_map_lines()
+        self._check_interval = max(RECHECK_INTERVAL, CHECK_SPACING * (time.monotonic() - start))
         if lines is not None and lines != self._code_lines:
             self.refresh()
 

@@ -17,12 +17,13 @@ from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
 from profiler.unwind.stack import StackWindow
 
-#: distinct stacks remembered per process before the memo starts over: a bound on memory. An entry keeps
-#: its stack's frames alive: 3.3 KB on average for the mixed Python and native stacks (~40 frames) of a
-#: program calling json, re, sqlite3 and xml in a loop, which made 6,088 entries in 10 s at 1 kHz
-#: (measured). With 2**17 entries nprof grew by ~3 MB/s towards 430 MB; 2**14 bounds the memo near 55 MB.
-#: A program with more hot stacks than that gets fewer memo hits, each miss costing a merge and an intern.
-MAX_STACK_MEMO = 1 << 14
+#: frames the stack memo of a process holds before it starts over: a bound on memory. An entry keeps its
+#: stack's frames alive, ~80 bytes a frame: 3.3 KB on average for the mixed Python and native stacks (~40
+#: frames) of a program calling json, re, sqlite3 and xml in a loop, which made 6,088 entries in 10 s at
+#: 1 kHz, but 8 KB for the deeper ones of a random call graph. Bounded by entries (2**14), that memo held
+#: ~130 MB; by frames, ~20 MB. A program with more hot stacks than that gets fewer memo hits, each miss
+#: costing a merge and an intern.
+MAX_MEMO_FRAMES = 1 << 18
 
 FrameKeys = tuple[tuple[int, int, int, int], ...]
 
@@ -68,9 +69,11 @@ class StackRecorder:
         hit = target.stack_memo.get(memo_key)
         if hit is None:
             hit = self._stack_id(target, native, runtime, stop)
-            if len(target.stack_memo) >= MAX_STACK_MEMO:
+            if target.memo_frames >= MAX_MEMO_FRAMES:
                 target.stack_memo.clear()
+                target.memo_frames = 0
             target.stack_memo[memo_key] = hit
+            target.memo_frames += len(native) + len(runtime)
         sid, in_gil_wait, outcome = hit
         if outcome is not None:
             session.count(outcome)

@@ -67,6 +67,7 @@ class Target:
         self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
         #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
         self.stack_memo: dict[tuple, tuple[int, bool, str | None]] = {}
+        self.memo_frames = 0  #: frames the memo's keys hold (``stacks.MAX_MEMO_FRAMES``)
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
 
     def detect(

@@ -724,6 +724,7 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._copier = ChainCopier(target.layout, runtime=target.runtime)
     session._reader = ScatterReader(1, capacity=4 << 20)
     session._native_keys = session._copier.native_keys
+    session._ns_tids = None  # the target is in nprof's pid namespace
     session._slots = {TID: ThreadSlot(TID, info)}
     session.walks = WalkSchedule()
     session._main_tid, session._main_mapped = TID, False

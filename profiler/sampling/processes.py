@@ -163,8 +163,13 @@ class SampledProcesses:
                 self._no_runtime(target)
 
     def _no_runtime(self, target: Target, tell: bool = True) -> None:
-        """Stop looking for a runtime in ``target`` and, with ``tell``, say why it is profiled natively."""
+        """Stop looking for a runtime in ``target`` and, with ``tell``, say why it is profiled natively; not
+        for a process whose maps are empty: it is exiting (a pool's forked worker ending, its runtime found
+        "not mapped"), and nothing is left to profile."""
         target.detect_until = 0.0
+        if tell and not target.process.maps.mappings:
+            self.session.count("processes_exited_before_detection")
+            return
         if tell and target.detect_reasons:
             self.notice(target.no_runtime_notice())
 

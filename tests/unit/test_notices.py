@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.notices import (
     depth_limit_shortfall, no_unwind_info, other_stack_samples, stack_window_shortfall,
 )  # fmt: skip
+from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session, SessionMeta
+from profiler.target.maps import Mapping, MappingIndex
 
 
 def session_with(reason: StopReason, cut: int, total: int) -> Session:
@@ -46,3 +50,24 @@ def test_walks_stopped_without_unwind_info_name_the_code_they_stopped_in():
     assert notice is not None and notice.startswith("42 samples (37.5%)")
     assert "in [anon:7f00] (30), libasm.so (12)" in notice
     assert no_unwind_info(session_with(StopReason.NO_UNWIND_INFO, 5, 100), modules) is None
+
+
+def test_a_process_found_exiting_at_its_last_detection_look_is_counted_not_reported():
+    """A pool's forked worker that ends as its detection's grace period does has nothing mapped at that
+    look, and was reported "not a CPython process" (11 times in a 20 s recording of a pool with
+    ``maxtasksperchild=1``). It is counted as exited before its detection; one with maps is reported."""
+    told: list[str] = []
+    processes = object.__new__(SampledProcesses)
+    processes.session = Session(SessionMeta(pid=1, command=["python"]))
+    processes.notice = told.append
+
+    def target(mappings: list[Mapping]) -> SimpleNamespace:
+        process = SimpleNamespace(pid=7, comm="python", maps=MappingIndex(mappings))
+        reasons = ["no libpython or python executable mapped: not a CPython process"]
+        return SimpleNamespace(process=process, detect_until=1.0, detect_reasons=reasons,
+                               no_runtime_notice=lambda: "pid 7 (python): " + reasons[0])  # fmt: skip
+
+    processes._no_runtime(target([]))
+    assert told == [] and processes.session.counters == {"processes_exited_before_detection": 1}
+    processes._no_runtime(target([Mapping(0x1000, 0x2000, "r-xp", 0, 1, "/usr/bin/cat")]))
+    assert told == ["pid 7 (python): no libpython or python executable mapped: not a CPython process"]

@@ -18,11 +18,11 @@ from profiler.target.capture import Capture, ThreadRecord
 from profiler.unwind.stack import StackWindow
 
 #: frames the stack memo of a process holds before it starts over: a bound on memory. An entry keeps its
-#: stack's frames alive, ~80 bytes a frame: 3.3 KB on average for the mixed Python and native stacks (~40
-#: frames) of a program calling json, re, sqlite3 and xml in a loop, which made 6,088 entries in 10 s at
-#: 1 kHz, but 8 KB for the deeper ones of a random call graph. Bounded by entries (2**14), that memo held
-#: ~130 MB; by frames, ~20 MB. A program with more hot stacks than that gets fewer memo hits, each miss
-#: costing a merge and an intern.
+#: stack's frames alive, ~80-150 bytes a frame: 3.3 KB on average for the mixed Python and native stacks
+#: (~40 frames) of a program calling json, re, sqlite3 and xml in a loop, which made 6,088 entries in 10 s
+#: at 1 kHz, but 8 KB for the deeper ones of a random call graph. Bounded by entries (2**14), that memo
+#: held ~130 MB; bounded by frames, 20-40 MB. A program with more hot stacks than that gets fewer memo
+#: hits, each miss costing a merge and an intern.
 MAX_MEMO_FRAMES = 1 << 18
 
 FrameKeys = tuple[tuple[int, int, int, int], ...]

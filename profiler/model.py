@@ -66,7 +66,6 @@ class UnwindMethod(enum.IntEnum):
     CFI = 3  #: from DWARF call frame information
     SCAN = 4  #: from a disassembler-validated stack scan
     SIGNAL = 5  #: the interrupted pc restored from a signal frame
-    TRAMPOLINE = 6  #: from a known trampoline's fixed frame, in file-less code (``unwind/trampolines.py``)
 
 
 class SampleClass(enum.IntEnum):

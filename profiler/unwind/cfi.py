@@ -50,7 +50,7 @@ def step_cfi(rule: UnwindRule, regs: Registers, window: StackWindow) -> Register
         read = window.read
         ra = read(cfa + ra_off)
         if ra is None:
-            return missing_word(window, cfa + ra_off)
+            return _missing(window, cfa + ra_off)
         caller = [None, None, None, regs[3], None, None, regs[6], cfa,
                   None, None, None, None, regs[12], regs[13], regs[14], regs[15], ra]  # fmt: skip
         for reg, off in saved:
@@ -64,7 +64,7 @@ def step_cfi(rule: UnwindRule, regs: Registers, window: StackWindow) -> Register
         return StopReason.BAD_FRAME  # an expression needing an unknown register or word, or malformed
 
 
-def missing_word(window: StackWindow, addr: int) -> StopReason:
+def _missing(window: StackWindow, addr: int) -> StopReason:
     """Why a word the rules need is not in the copy: above a full window, or not on the stack at all."""
     return StopReason.WINDOW_EXHAUSTED if window.full and addr >= window.end else StopReason.BAD_FRAME
 
@@ -101,7 +101,7 @@ def _step_generic(rule: UnwindRule, regs: Registers, window: StackWindow) -> Reg
         elif kind == UNDEFINED:
             caller[reg] = None
     if caller[DW_RA] is None:
-        return missing_word(window, ra_at) if ra_at is not None else StopReason.BAD_FRAME
+        return _missing(window, ra_at) if ra_at is not None else StopReason.BAD_FRAME
     if caller[DW_RSP] is None:
         return StopReason.BAD_FRAME
     return caller

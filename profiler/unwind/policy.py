@@ -4,8 +4,10 @@ For each frame, the module holding its pc is looked up, then:
 
 1. **CFI** where the module's unwind table has a row for the pc (``profiler.unwind.cfi``);
 2. **frame pointers** otherwise: the innermost frame through prologue analysis (it may not have pushed
-   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``); except at a return address
-   in file-less code that is a known trampoline's (``profiler.unwind.trampolines``), whose frame is fixed.
+   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``).
+
+File-less code (a JIT's) has no table; there a return address into a known trampoline gets the rule of its
+fixed frame instead (``profiler.unwind.trampolines``), memoized like a table's.
 
 The pc looked up is the return address minus one for callers (a call may be the last instruction of a
 function, so its return address is already in the next one), and the pc itself for the innermost frame
@@ -34,10 +36,10 @@ from profiler.model import (
     UnwoundStack,
 )
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
-from profiler.unwind.cfi import Registers, missing_word, step_cfi
+from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
 from profiler.unwind.stack import StackWindow
-from profiler.unwind.trampolines import AFTER, BEFORE, Trampoline, recognise
+from profiler.unwind.trampolines import rule_before
 
 #: a return address below this is not one (the first page is never mapped): the walk went astray
 MIN_PC = 0x1000
@@ -81,8 +83,6 @@ class NativeUnwinder:
         self.max_frames = max_frames
         self._memo: dict[int, _Resolved] = {}
         self._memo_modules = -1
-        #: return addresses in file-less code -> the trampoline they return into, or None (read once each)
-        self._trampolines: dict[int, Trampoline | None] = {}
 
     def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -93,7 +93,6 @@ class NativeUnwinder:
         memo = self._memo
         if len(self.space.modules) != self._memo_modules or len(memo) >= MAX_MEMO:
             memo.clear()
-            self._trampolines.clear()
             self._memo_modules = len(self.space.modules)
         max_frames = self.max_frames
         pc = regs[DW_RA] or 0
@@ -122,8 +121,6 @@ class NativeUnwinder:
             if rule is not None:
                 caller = step_cfi(rule, regs, window)
                 method, exact = (_SIGNAL, True) if rule.signal else (_CFI, False)
-            elif entry is not None and entry.obj is None and not exact and (tramp := self._trampoline(pc)):
-                caller, method, exact = _step_trampoline(tramp, regs, window), UnwindMethod.TRAMPOLINE, False
             else:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
@@ -148,21 +145,13 @@ class NativeUnwinder:
         if entry is None:
             return None
         bias = entry.module.bias
-        rule = entry.obj.unwind_rule(avma - bias) if entry.obj is not None else None
+        if entry.obj is not None:
+            rule = entry.obj.unwind_rule(avma - bias)
+        else:  # file-less: no table, but a trampoline's fixed frame (read from the target once per address)
+            rule = rule_before(self.space.process.read, avma)
         resolved = (entry.module.id, bias, rule, entry)
         self._memo[avma] = resolved
         return resolved
-
-    def _trampoline(self, ra: int) -> Trampoline | None:
-        """The trampoline a return address in file-less code returns into, from the target's code (read
-        after resume: the code, once written, does not change), once per address."""
-        try:
-            return self._trampolines[ra]
-        except KeyError:
-            pass
-        code = self.space.process.read(ra - BEFORE, BEFORE + AFTER)
-        found = self._trampolines[ra] = recognise(code) if len(code) == BEFORE + AFTER else None
-        return found
 
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
@@ -185,18 +174,6 @@ class NativeUnwinder:
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = caller_bp, caller_sp, ra
         return caller, method
-
-
-def _step_trampoline(tramp: Trampoline, regs: Registers, window: StackWindow) -> Registers | StopReason:
-    """The caller of a trampoline frame: its stack pointer and return address at fixed offsets from the
-    stack pointer; the trampoline saves no register, so every other one is the caller's."""
-    sp = regs[DW_RSP] or 0
-    ra = window.read(sp + tramp.ra_offset)
-    if ra is None:
-        return missing_word(window, sp + tramp.ra_offset)
-    caller = list(regs)
-    caller[DW_RSP], caller[DW_RA] = sp + tramp.cfa_offset, ra
-    return caller
 
 
 def _past_signal(frames: list[NativeFrame]) -> bool:

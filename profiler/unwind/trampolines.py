@@ -14,7 +14,9 @@ It saves no register and sets no frame pointer, so the rbp chain through it, the
 code, skipped to a frame of libpython's (which keeps none either): 236 of 237 samples of a 3.12 program
 stopped there, losing every native frame outward of its innermost eval loop. At the return address,
 the trampoline's frame is fixed: the caller's stack pointer is 16 bytes up (the 8 it reserved and its own
-return address), that return address is at 8, and every other register is the caller's.
+return address), that return address is at 8, and every other register is the caller's. That is an
+unwind rule like a CFI row's (``rule_before``), which the unwinder memoizes per address as it does the rows
+of a file's tables: the code is read once per address, after resume.
 
 Later CPythons' trampoline pushes rbp and sets it (``push %rbp; mov %rsp,%rbp; call *%rcx; pop %rbp``),
 which the rbp chain walks as it is.
@@ -22,7 +24,11 @@ which the rbp chain walks as it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
+
+from profiler.binary.cfi.rules import CFA_REGISTER, OFFSET, Row, UnwindRule, compile_rule
+from profiler.model import DW_RA, DW_RSP
 
 
 class Trampoline(NamedTuple):
@@ -32,6 +38,12 @@ class Trampoline(NamedTuple):
     after: bytes  #: the bytes that start at it
     cfa_offset: int  #: the caller's stack pointer, from the stack pointer at the return address
     ra_offset: int  #: where the caller's return address is, from the same stack pointer
+
+    @property
+    def rule(self) -> UnwindRule:
+        """Its frame as a CFI row would give it: CFA = rsp + cfa_offset, the return address saved in it."""
+        ra = (OFFSET, self.ra_offset - self.cfa_offset)
+        return compile_rule(Row(0, (CFA_REGISTER, DW_RSP, self.cfa_offset), {DW_RA: ra}), False)
 
 
 CPYTHON_PERF = Trampoline(b"\x48\x83\xec\x08\xff\xd1", b"\x48\x83\xc4\x08\xc3", 16, 8)
@@ -48,3 +60,11 @@ def recognise(code: bytes) -> Trampoline | None:
         if code[BEFORE - len(t.before) : BEFORE] == t.before and code[BEFORE : BEFORE + len(t.after)] == t.after:
             return t
     return None
+
+
+def rule_before(read: Callable[[int, int], bytes], avma: int) -> UnwindRule | None:
+    """The unwind rule at ``avma`` in file-less code, where it is the byte before a known trampoline's return
+    address (the unwinder looks a caller up one byte back); None anywhere else. ``read`` reads the target."""
+    code = read(avma + 1 - BEFORE, BEFORE + AFTER)
+    found = recognise(code) if len(code) == BEFORE + AFTER else None
+    return found.rule if found is not None else None

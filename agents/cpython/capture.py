@@ -82,7 +82,8 @@ class StackCapture:
         self.code_headers: dict[int, int] = {}
         self.raw: bytes | memoryview = b""
         self.code_keys: dict[int, int | None] = {}
-        self.key = 0  #: UNMAPPED: what the thread was looked up by (its tid, or its fs_base on <=3.10)
+        self.key: int | None = 0  #: UNMAPPED: what the thread was looked up by (its tid, or its fs_base on
+        #: <=3.10); None for a thread of another pid namespace not seen yet (``CPythonSession._learn_key``)
         #: a snapshot's walk: the code objects whose headers the snapshot does not hold (``settle`` reads
         #: them after resume and accepts only known identities; their ``code_headers`` stay -1)
         self.late_codes: list[int] = []

@@ -41,7 +41,7 @@ from agents.cpython.thread_names import ThreadNames
 from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
-from profiler.target.procfs import namespace_tid
+from profiler.target.procfs import read_status
 from profiler.target.process import TargetProcess
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
@@ -110,7 +110,8 @@ class CPythonSession:
         #: another one than nprof's (``unshare -p``, a container), the host tid -> that tid, read once per
         #: thread; None where the two are the same, as they mostly are
         self._ns_tids: dict[int, int] | None = None
-        if self._native_keys and namespace_tid(process.pid, process.pid) not in (process.pid, None):
+        status = read_status(process.pid)
+        if self._native_keys and status is not None and status.ns_pids[-1] != process.pid:
             self._ns_tids = {}
         self._slots: dict[int, ThreadSlot] = {}
         self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
@@ -160,7 +161,7 @@ class CPythonSession:
 
     def thread_state_of(self, tid: int, fs_base: int = 0) -> ThreadStateInfo | None:
         """The thread state mapped to an OS thread (3.11+ by tid, before by its ``fs_base``)."""
-        slot = self._slots.get(self._key_of(tid) if self._native_keys else fs_base)
+        slot = self._slots.get(self._learn_key(tid) if self._native_keys else fs_base)
         return slot.info if slot is not None else None
 
     # --- while the thread is stopped ----------------------------------------------------------------------
@@ -168,14 +169,15 @@ class CPythonSession:
     def capture(self, tid: int, regs: object) -> StackCapture:
         """Copy the thread's frame chain (syscalls only). ``UNMAPPED``, with no frames, when no Python thread
         state is known for the thread: ``settle`` looks for one after resume, if it is a new thread."""
-        key = self._key_of(tid) if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
-        slot = self._bound_slot(key, tid)
+        key = self._key(tid, regs)
+        slot = self._bound_slot(key, tid) if key is not None else None
         self.stats.captures += 1
         if slot is None:
             self.stats.unmapped += 1
             if tid == self._main_tid:
                 self.stats.main_unmapped += 1
-            self.walks.lost(tid)
+            if key is not None:  # (else its key is learnt after resume, ``settle``)
+                self.walks.lost(tid)
             unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
             unmapped.key = key
             return unmapped
@@ -191,10 +193,20 @@ class CPythonSession:
             self.walks.lost(tid)  # the thread state moved on (thread exited, tid reused)
         return out
 
-    def _key_of(self, tid: int) -> int:
-        """A host tid as its thread state knows it (3.11+: ``native_thread_id``). In another pid namespace, read
-        from /proc once per thread, at its first capture (a Python 3.12 in ``unshare -p`` matched none of
-        its thread states by host tid, and showed no Python frame)."""
+    def _key(self, tid: int, regs: object) -> int | None:
+        """What a stopped thread's state is found by (no /proc read: the thread is stopped). 3.11+: its
+        ``native_thread_id``, its tid as its own pid namespace numbers it; None when the target has its own
+        namespace and the thread was not seen yet (``_learn_key`` reads it after resume). Before: its
+        pthread_t, which is its ``fs_base``."""
+        if not self._native_keys:
+            return regs.fs_base  # type: ignore[attr-defined,no-any-return]
+        ns_tids = self._ns_tids
+        return tid if ns_tids is None else ns_tids.get(tid)
+
+    def _learn_key(self, tid: int) -> int:
+        """A host tid as its thread state knows it (3.11+), read from /proc once per thread where the target
+        has its own pid namespace (``unshare -p``, a container): by its host tid, a Python 3.12 there matched
+        none of its thread states, and showed no Python frame. Not while the thread is stopped."""
         ns_tids = self._ns_tids
         if ns_tids is None:
             return tid
@@ -202,7 +214,8 @@ class CPythonSession:
         if key is None:
             if len(ns_tids) >= MAX_NS_TIDS:
                 ns_tids.clear()
-            key = ns_tids[tid] = namespace_tid(self.process.pid, tid) or tid
+            status = read_status(tid)
+            key = ns_tids[tid] = status.ns_pids[-1] if status is not None else tid
         return key
 
     def _bound_slot(self, key: int, tid: int) -> ThreadSlot | None:
@@ -233,8 +246,8 @@ class CPythonSession:
         A newest frame the plan lacks (a call's new frame object on 3.8-3.10, a generator's frame on 3.11+)
         is found by the walk after resume, and costs a second stop: looking for it here cost every stop
         2-4 us (2% of the stops of a pytest run on 3.11 and of a request mix on 3.10 lacked it)."""
-        key = self._key_of(tid) if self._native_keys else regs.fs_base  # type: ignore[attr-defined]
-        slot = self._bound_slot(key, tid)
+        key = self._key(tid, regs)
+        slot = self._bound_slot(key, tid) if key is not None else None
         if slot is None or slot.pending is not None or slot.walk_next:
             return None
         snap = slot.snap
@@ -278,7 +291,9 @@ class CPythonSession:
             if data.status == CaptureStatus.UNMAPPED:
                 # a thread not seen before: walk the thread lists now (once for all such captures of a
                 # tick), with every thread running, and if its state is there, stop it again to capture it
-                # with its Python frames
+                # with its Python frames. In another pid namespace, its key is learnt now, its first time
+                if data.key is None:
+                    data.key = self._learn_key(data.tid)
                 if self.walks.soon:
                     self._rescan(time.monotonic())
                 if self._bound_slot(data.key, data.tid) is not None:

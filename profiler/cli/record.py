@@ -227,14 +227,15 @@ def process_of_pid(pid: int) -> int:
     """The process ``--pid`` names, saying so when it was the id of one of its threads (``top -H`` lists
     them): recorded under the thread's id, the whole process was labelled with it, and the recording
     ended as the thread exited while the process ran on."""
-    process = procfs.process_of(pid)
-    status = procfs.read_status(process) if process != pid else None
-    if status is not None and status.state == "Z":
+    status = procfs.read_status(pid)
+    if status is None or status.tgid == pid:
+        return pid  # (a pid that is gone is reported by the checks that follow)
+    leader = procfs.read_status(status.tgid)
+    if leader is not None and leader.state == "Z":
         return pid  # a main thread that called pthread_exit: ptrace can attach through a live thread only
-    if process != pid:
-        print(f"nprof: {pid} is a thread of process {process} ({procfs.read_comm(process)}); profiling the "
-              "whole process", file=sys.stderr)  # fmt: skip
-    return process
+    print(f"nprof: {pid} is a thread of process {status.tgid} ({procfs.read_comm(status.tgid)}); profiling "
+          "the whole process", file=sys.stderr)  # fmt: skip
+    return status.tgid
 
 
 def _print_summary(session: Session, why: str, written: list[str], export: ExportConfig) -> None:

@@ -39,10 +39,13 @@ class ProcessStatus:
     state: str
     uid: int
     tracer_pid: int
-    ns_pids: tuple[int, ...]
+    ns_pids: tuple[int, ...]  #: NSpid: the id in each pid namespace, outermost first (the last: its own)
+    tgid: int  #: Tgid: the process a thread belongs to (its own id for a main thread)
 
 
 def read_status(pid: int) -> ProcessStatus | None:
+    """/proc/PID/status, of a process or of any of its threads by tid (/proc answers for a tid though it
+    does not list it); None if it is gone."""
     text = read_text(f"/proc/{pid}/status")
     if text is None:
         return None
@@ -56,6 +59,7 @@ def read_status(pid: int) -> ProcessStatus | None:
         uid=int(fields.get("Uid", "0").split()[1] if fields.get("Uid") else 0),
         tracer_pid=int(fields.get("TracerPid", "0") or 0),
         ns_pids=tuple(int(p) for p in fields.get("NSpid", str(pid)).split()),
+        tgid=int(fields.get("Tgid", "") or pid),
     )
 
 
@@ -122,30 +126,6 @@ def target_path(pid: int, path: str) -> str:
         task = live_task_dir(pid)
         root = f"{task}/root" if task is not None else root
     return f"{root}{path}"
-
-
-def process_of(pid: int) -> int:
-    """The process (thread group) a pid names: itself, or, for the id of a thread that is not its process's
-    main thread (as ``top -H`` and ``ps -L`` list them), the process's pid. /proc/TID answers for any thread
-    though it is not listed; ``pid`` itself when it cannot be read (the checks that follow say why)."""
-    text = read_text(f"/proc/{pid}/status")
-    for line in (text or "").splitlines():
-        if line.startswith("Tgid:"):
-            return int(line.split()[1])
-    return pid
-
-
-def namespace_tid(pid: int, tid: int) -> int | None:
-    """The thread's id in its own (innermost) pid namespace: the last field of ``NSpid`` in its status
-    (proc(5)), which is what ``gettid()`` returns inside it; None if the thread is gone."""
-    text = read_text(f"/proc/{pid}/task/{tid}/status")
-    if text is None:
-        return None
-    for line in text.splitlines():
-        if line.startswith("NSpid:"):
-            fields = line.split()[1:]
-            return int(fields[-1]) if fields else tid
-    return tid  # a kernel before 4.1 has no NSpid: no namespaces to translate
 
 
 def thread_start_time(pid: int, tid: int) -> int | None:

@@ -24,11 +24,12 @@ from profiler import __version__
 from profiler.atomic import atomic_write
 from profiler.errors import SessionFormatError
 from profiler.model import FrameInfo, Module, SampleClass, StopReason
+from profiler.sampling.memo import FrameMemo
 from profiler.tree.tables import FrameKey, FrameTable, StackTable
 
-#: frame keys ``intern_stack``'s cache holds before it starts over: a bound on memory. A key costs ~150
-#: bytes a frame (a tuple of four ints); unbounded, a program with ever new stacks (a random call graph at
-#: 1 kHz) grew it by ~2 MB/s, 39 MB in 20 s. A miss interns the frames again, 2 dict lookups each.
+#: frame keys ``intern_stack``'s cache holds before it starts over (``memo.py``): a key costs ~150 bytes a
+#: frame (a tuple of four ints); unbounded, a program with ever new stacks (a random call graph at 1 kHz)
+#: grew it by ~2 MB/s, 39 MB in 20 s. A miss interns the frames again, 2 dict lookups each.
 MAX_CACHED_FRAMES = 1 << 17
 FORMAT_NAME = "nprof-session"
 FORMAT_VERSION = 1
@@ -71,8 +72,7 @@ class Session:
         #: frame id -> inlined calls at that address, outermost first (shown above the frame itself)
         self.inlined: dict[int, list[FrameInfo]] = {}
         self._thread_ids: dict[tuple[int, int, int], int] = {}
-        self._stack_cache: dict[tuple[FrameKey, ...], int] = {}
-        self._cached_frames = 0  #: frame keys the cache holds (its bound, ``MAX_CACHED_FRAMES``)
+        self._stack_cache: FrameMemo[int] = FrameMemo(MAX_CACHED_FRAMES)  #: frame keys -> stack id
 
     # --- recording --------------------------------------------------------------------------------------
 
@@ -101,11 +101,7 @@ class Session:
         if sid is None:
             intern = self.frames.intern
             sid = self.stacks.intern([intern(k) for k in reversed(keys)])
-            if self._cached_frames >= MAX_CACHED_FRAMES:
-                self._stack_cache.clear()
-                self._cached_frames = 0
-            self._stack_cache[keys] = sid
-            self._cached_frames += len(keys)
+            self._stack_cache.put(keys, sid, len(keys))
         return sid
 
     def add_sample(self, thread: int, stack: int, stop: StopReason, cls: SampleClass, count: int = 1) -> None:

@@ -17,14 +17,6 @@ from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
 from profiler.unwind.stack import StackWindow
 
-#: frames the stack memo of a process holds before it starts over: a bound on memory. An entry keeps its
-#: stack's frames alive, ~80-150 bytes a frame: 3.3 KB on average for the mixed Python and native stacks
-#: (~40 frames) of a program calling json, re, sqlite3 and xml in a loop, which made 6,088 entries in 10 s
-#: at 1 kHz, but 8 KB for the deeper ones of a random call graph. Bounded by entries (2**14), that memo
-#: held ~130 MB; bounded by frames, 20-40 MB. A program with more hot stacks than that gets fewer memo
-#: hits, each miss costing a merge and an intern.
-MAX_MEMO_FRAMES = 1 << 18
-
 FrameKeys = tuple[tuple[int, int, int, int], ...]
 
 
@@ -69,11 +61,7 @@ class StackRecorder:
         hit = target.stack_memo.get(memo_key)
         if hit is None:
             hit = self._stack_id(target, native, runtime, stop)
-            if target.memo_frames >= MAX_MEMO_FRAMES:
-                target.stack_memo.clear()
-                target.memo_frames = 0
-            target.stack_memo[memo_key] = hit
-            target.memo_frames += len(native) + len(runtime)
+            target.stack_memo.put(memo_key, hit, len(native) + len(runtime))
         sid, in_gil_wait, outcome = hit
         if outcome is not None:
             session.count(outcome)

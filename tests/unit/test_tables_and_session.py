@@ -12,6 +12,7 @@ from profiler.errors import SessionFormatError
 from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.session import Session, SessionMeta
 from profiler.tree.tables import FrameTable, StackTable
+from profiler.sampling.memo import FrameMemo
 
 
 def key(i: int) -> tuple[int, int, int, int]:
@@ -141,3 +142,14 @@ def test_session_file_version_mismatch(tmp_path, monkeypatch):
     monkeypatch.setattr("profiler.sampling.session.FORMAT_VERSION", 1)
     with pytest.raises(SessionFormatError, match="version 99 is not supported"):
         Session.load(path)
+
+
+def test_a_frame_memo_starts_over_once_its_keys_hold_its_frames():
+    """Bounded by the frames its keys hold, not by its entries: a few deep stacks fill it as many shallow
+    ones do (``sampling/memo.py``)."""
+    memo: FrameMemo[int] = FrameMemo(max_frames=100)
+    memo.put("deep", 1, 60)
+    memo.put("deeper", 2, 60)  # 60 held before it: kept, now 120
+    assert memo.get("deep") == 1 and memo.get("deeper") == 2
+    memo.put("shallow", 3, 1)  # past the bound: started over first
+    assert memo.get("deep") is None and memo.get("shallow") == 3 and len(memo) == 1

@@ -4,6 +4,7 @@ Importing the command line imports numpy, pyelftools, capstone and every room of
 the 2-core machines here. Ctrl-C in that time raised KeyboardInterrupt out of an import, before the
 command line's own handler existed, and Python printed a traceback (4 of 12 SIGINTs sent 0.5-1.2 s after
 launch). Nothing is attached or written before the command line runs, so there is nothing to undo.
+It lives outside ``profiler/cli``, whose package import is itself the slow part (numpy, at once).
 """
 
 from __future__ import annotations

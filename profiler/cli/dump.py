@@ -110,8 +110,9 @@ def snapshot(
             frames.append(frame)
         threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
                                   gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames))  # fmt: skip
+    captured = {t.tid for t in threads}
     for record in records:  # threads that never reported their stop: still listed, with why
-        if record.tid not in {t.tid for t in threads} and not record.gone:
+        if record.tid not in captured and not record.gone:
             state = record.proc.state() or states.get(record.tid, "?")
             wchan = procfs.read_text(f"/proc/{pid}/task/{record.tid}/wchan") or ""
             why = f"did not stop in time: {STATE_NAMES.get(state, state)}"

@@ -92,8 +92,8 @@ def no_unwind_info(session: Session, modules: Sequence[Module]) -> str | None:
     if many is None:
         return None
     where: Counter[str] = Counter()
-    kinds = session.frames.columns()["kind"]
-    module_of = session.frames.columns()["module"]
+    columns = session.frames.columns()
+    kinds, module_of = columns["kind"], columns["module"]
     for (_thread, sid, stop, _cls), n in session.samples.items():
         if stop != StopReason.NO_UNWIND_INFO:
             continue

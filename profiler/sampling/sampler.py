@@ -300,7 +300,7 @@ class Sampler:
         self.objects.save_unwind_tables()  # the next attach to these files starts with their decoded CFI
         for message in unwind_problems(self.modules.objects.values(), self.session):
             self._notice(message)
-        self.session.modules = list(self.modules.modules)
+        self.session.modules = list(self.modules.modules)  # (the notices below name them)
         for shortfall in (stack_window_shortfall(self.session, self.config.stack_bytes),
                           depth_limit_shortfall(self.session, self.config.max_frames),
                           other_stack_samples(self.session),
@@ -309,5 +309,4 @@ class Sampler:
                 self._notice(shortfall)
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
-        self.session.modules = list(self.modules.modules)
 

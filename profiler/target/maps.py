@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from profiler.target.procfs import live_task_dir, read_text
+from profiler.target.procfs import live_task_dir, read_bytes
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,8 @@ def read_maps(pid: int) -> list[Mapping]:
     """The mappings of process ``pid``. A process whose main thread has exited (``pthread_exit`` in
     ``main``) while others run has a zombie leader with no maps of its own: they are read through one of
     its live threads then."""
-    text = read_text(f"/proc/{pid}/maps")
-    if not text:
-        task = live_task_dir(pid)
-        text = read_text(f"{task}/maps") if task is not None else None
-    return parse_maps(text) if text else []
+    data = _maps_bytes(pid)
+    return parse_maps(data.decode("utf-8", "replace")) if data else []
 
 
 def _unescape(path: str) -> str:
@@ -76,25 +73,24 @@ def _unescape(path: str) -> str:
 
 def executable_lines(pid: int) -> bytes | None:
     """The lines of /proc/PID/maps that map code, as the kernel writes them (through a live thread for a
-    zombie leader, as ``read_maps``); None if the process is gone. A cheap test of whether the code mapped
+    zombie leader); None if the process is gone. A cheap test of whether the code mapped
     has changed: 50-130 us for a Python that imported numpy (237 mappings, 44 of them code), against 730 us
     to parse every mapping. Mappings of data come and go all the time (malloc's, thread stacks)."""
-    data = _read_bytes(f"/proc/{pid}/maps")
-    if not data:
-        task = live_task_dir(pid)
-        data = _read_bytes(f"{task}/maps") if task is not None else None
+    data = _maps_bytes(pid)
     if data is None:
         return None
     lines = [line for line in data.split(b"\n") if line[line.find(b" ") + 3 : line.find(b" ") + 4] == b"x"]
     return b"\n".join(lines)
 
 
-def _read_bytes(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
+def _maps_bytes(pid: int) -> bytes | None:
+    """/proc/PID/maps as the kernel writes it, through a live thread where the main thread has exited; None
+    if the process is gone."""
+    data = read_bytes(f"/proc/{pid}/maps")
+    if not data:
+        task = live_task_dir(pid)
+        data = read_bytes(f"{task}/maps") if task is not None else data
+    return data
 
 
 class MappingIndex:

@@ -14,13 +14,19 @@ from dataclasses import dataclass
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: "I am a kernel thread"
 
 
-def read_text(path: str) -> str | None:
-    """Whole file as text, or None if it (or its process) does not exist."""
+def read_bytes(path: str) -> bytes | None:
+    """Whole file, or None if it (or its process) does not exist."""
     try:
         with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
+            return f.read()
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
+
+
+def read_text(path: str) -> str | None:
+    """Whole file as text, or None if it (or its process) does not exist."""
+    data = read_bytes(path)
+    return data.decode("utf-8", "replace") if data is not None else None
 
 
 def split_stat(text: str) -> list[str]:

@@ -131,6 +131,14 @@ def detach(tid: int, sig: int = 0) -> int:
     return ptrace(PTRACE_DETACH, tid, 0, sig)
 
 
+def reap(tid: int) -> None:
+    """Take the exit status of the exited tracee ``tid``, if it is ready, without blocking (wait(2))."""
+    try:
+        os.waitpid(tid, WALL | WNOHANG)
+    except ChildProcessError:
+        pass  # reaped already, or not a tracee of this thread
+
+
 class Waiter:
     """``waitpid(-1, __WALL)`` through ctypes, so that EINTR comes back to the caller.
 

@@ -403,7 +403,13 @@ class Tracer:
         self.exec_stopped.clear()
         waiting: dict[int, ThreadRecord] = {}
         for record in list(self.seized.records.values()):
-            if record.proc.state() in procfs.EXITED_STATES:  # an exited main thread cannot stop: not waited for
+            if record.proc.state() in procfs.EXITED_STATES:  # an exited thread cannot stop: not waited for
+                if record.tid != record.pid:
+                    # A traced thread that exited stays a zombie until its tracer reaps it, and its process
+                    # cannot be reported exited before: unreaped, a command nprof launched was never reaped,
+                    # and nprof waited for it for ever (a thread seized by the last look for new threads,
+                    # exited before the detach). A zombie leader waits for its other threads, not for nprof.
+                    pt.reap(record.tid)
                 self._drop(record)
                 continue
             if record.interrupt_pending or pt.interrupt(record.tid) == 0:

@@ -47,3 +47,23 @@ def test_capture_of_an_exited_thread_is_not_an_error(churn_fp):
         finally:
             tracer.detach_all()
         assert_running_free(target.pid)
+
+
+def test_detach_reaps_threads_that_exited_unreaped(churn_fp):
+    """A seized thread that exits stays a zombie until nprof reaps it, and its process cannot be reported
+    exited before: the detach must reap the ones whose exit no wait took yet (a launched command was
+    otherwise waited for for ever)."""
+    with running_target([churn_fp]) as target:
+        tracer = Tracer()
+        exited: set[int] = set()
+        try:
+            tracer.add_process(TargetProcess(target.pid))
+            deadline = time.monotonic() + 10
+            while not exited and time.monotonic() < deadline:  # no wait is made: exits stay unreaped
+                seized = {r.tid for r in tracer.seized.sync(target.pid)} - {target.pid}
+                exited = {tid for tid, (state, _t) in thread_states(target.pid).items() if state == "Z"} & seized
+            assert exited, "a seized thread exited, unreaped"
+        finally:
+            tracer.detach_all()
+        assert not exited & set(thread_states(target.pid)), "the detach reaped them"
+        assert_running_free(target.pid)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from profiler.sampling.session import Session
 from profiler.target.procfs import read_text, split_stat
 from tests.support.profiles import read_speedscope, share
 from tests.support.targets import (
@@ -63,15 +64,20 @@ def test_thread_churn(churn_fp, tmp_path):
     workers = [p for p in profiles if any("churn_work" in s for st in p.stacks for s in st)]
     assert len(workers) >= 2, "short-lived threads are sampled from their start"
     # the target's CPU time is its workers': found within 10 ms of their start (sampler.SYNC_INTERVAL),
-    # they are sampled for most of their life. (Seizing them as they are created, PTRACE_O_TRACECLONE, was
-    # tried: each pthread_create then waited for nprof to answer its clone stop, 53 -> 1134 us, and the
-    # creator's inflated time in clone3 took a third of the samples)
+    # and stopped in the tick that found them, they are sampled for most of their life. (Seizing them as
+    # they are created, PTRACE_O_TRACECLONE, was tried: each pthread_create then waited for nprof to answer
+    # its clone stop, 53 -> 1134 us, and the creator's inflated time in clone3 took a third of the samples)
     working, total = 0.0, 0.0
     for p in profiles:
         for stack, weight in p.stacks.items():
             total += weight
             working += weight if "churn_work" in stack else 0.0
     assert working / total >= 0.8, f"{working / total:.0%} of the running samples in the workers"
+    # 2-3 workers live at any time: 1.27-1.35 worker samples a tick; 0.39-0.49 when the threads found were
+    # first stopped a tick later
+    ticks = Session.load(str(tmp_path / "churn.nprof")).counters["ticks"]
+    samples = round(working * 200)  # speedscope weights are seconds: 1/200 s a sample at 200 Hz
+    assert samples >= 0.8 * ticks, f"{samples} worker samples in {ticks} ticks"
 
 
 def test_target_exits_mid_recording(churn_fp, tmp_path):

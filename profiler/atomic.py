@@ -2,12 +2,20 @@
 
 A reader (or a crash, or Ctrl-C during the write) therefore sees either the old file or the complete new
 one, never a truncated profile (DESIGN.md section 5, "Nothing is lost").
+
+An output that is not a regular file cannot be replaced that way: a rename over ``/dev/stdout`` or a FIFO
+would put a regular file in its place (as root, over ``/dev/null`` too), and one over a symbolic link
+would replace the link and leave the file it names alone. So ``-`` is standard output, a device, FIFO or
+socket is written through as a stream, and a link is followed to the file it names, which is replaced
+atomically (``write_output``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -15,12 +23,33 @@ from typing import BinaryIO
 from profiler.errors import OutputError
 
 
+#: the output path that means standard output
+STDOUT = "-"
+
+
+def is_stream(path: str) -> bool:
+    """Whether ``path`` is written through rather than replaced: ``-``, a device, a FIFO or a socket."""
+    if path == STDOUT:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 def check_writable(path: str) -> None:
     """Fail early, before a recording starts, if ``path`` cannot be created or replaced.
 
     The check creates (and removes) a temporary file beside ``path``: ``access()`` is not enough, because
-    root passes it even on a read-only file system.
+    root passes it even on a read-only file system. A stream (``is_stream``) is only checked for access;
+    a symbolic link is checked where the file it names is.
     """
+    if is_stream(path):
+        if path != STDOUT and not os.access(path, os.W_OK):
+            raise OutputError(f"Cannot write the output to {path}: permission denied.", "Choose another -o path.")
+        return
+    path = os.path.realpath(path)
     directory = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.isdir(path):
         raise OutputError(f"Cannot write the output to {path}: it is a directory.", "Give a file name.")
@@ -71,6 +100,20 @@ def atomic_write(path: str) -> Iterator[BinaryIO]:
 def write_bytes(path: str, data: bytes) -> None:
     with atomic_write(path) as f:
         f.write(data)
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write a user's output file: atomically where it is a regular file (or a link to one, which stays a
+    link), written through where it is a stream (see the module's docstring)."""
+    if path == STDOUT:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    elif is_stream(path):
+        with open(path, "wb") as f:
+            f.write(data)
+    else:
+        write_bytes(os.path.realpath(path), data)
 
 
 def _umask() -> int:

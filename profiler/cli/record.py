@@ -16,12 +16,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from profiler.atomic import check_writable
+from profiler.atomic import STDOUT, check_writable, is_stream
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_summary, top_table
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
 from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
+from profiler.export.session import SessionExporter
 from profiler.runtime import Agent
 from profiler.sampling import priority
 from profiler.sampling.sampler import EndReason, Sampler
@@ -36,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", "-p", type=int, help="attach to this running process")
     p.add_argument("-r", "--rate", type=float, default=100.0, help="samples per second per thread (default 100)")
     p.add_argument("-d", "--duration", type=float, help="seconds to record (default: until Ctrl-C or exit)")
-    p.add_argument("-o", "--output", help="output file; the format follows the extension (default speedscope)")
+    p.add_argument("-o", "--output", help="output file; the format follows the extension (default speedscope); "
+                   "- for standard output. The session (.nprof) is written beside it, or for - or a device "
+                   "to the default name (default: nprof-COMMAND-PID-YYYYMMDD-HHMMSS.speedscope.json)")
     p.add_argument("-f", "--format", help="output format: speedscope, folded or nprof (default: from -o)")
     p.add_argument(
         "--native", action=argparse.BooleanOptionalAction, default=True,
@@ -102,13 +105,34 @@ def export_config(args: argparse.Namespace) -> ExportConfig:
 
 
 def session_path_for(output: str) -> str:
-    """The .nprof kept beside every output: ``out.speedscope.json`` -> ``out.nprof``."""
+    """The .nprof kept beside every output file: ``out.speedscope.json`` -> ``out.nprof``."""
     base = output
     for ending in (".speedscope.json", ".json", ".folded", ".collapsed", ".txt", ".svg", ".pb.gz", ".nprof"):
         if base.lower().endswith(ending):
             base = base[: -len(ending)]
             break
     return base + ".nprof"
+
+
+def _session_path(output: str, name: str, pid: int) -> str:
+    """Where the session file goes: beside the output file, or for an output written through as a stream
+    (``-``, ``/dev/stdout``, a FIFO: ``atomic.is_stream``) under the default name in the current directory,
+    not beside it (``/dev/stdout.nprof``)."""
+    if is_stream(output):
+        return _default_output(name, pid, SessionExporter())
+    return session_path_for(output)
+
+
+def _check_session_path(output: str, exporter: Exporter) -> None:
+    """An output file that is also where its session file would go (``-o out.nprof -f folded``) would be
+    overwritten by it."""
+    if exporter.format != "nprof" and session_path_for(output) == output:
+        raise UsageError(
+            f"The output {output} is where the session file of the recording goes (.nprof, written beside every "
+            "output).",
+            f"Give the {exporter.format} output a name of its own, such as {output[:-len('.nprof')]}"
+            f"{exporter.extensions[0]}.",
+        )
 
 
 class StopFlag:
@@ -174,6 +198,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         check_writable(args.output)
     elif args.format is not None:
         exporter = infer_format("", args.format)
+    if args.output is not None and not is_stream(args.output):
+        _check_session_path(args.output, exporter)
 
     child = LaunchedCommand(command) if command else None  # forked, held before its exec
     pid = child.pid if child is not None else process_of_pid(args.pid)
@@ -182,8 +208,11 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
         output = args.output or _default_output(name, pid, exporter)
         exporter = exporter or infer_format(output, None)
+        session_path = _session_path(output, name, pid)
         if args.output is None:
             check_writable(output)
+        if session_path != output:
+            check_writable(session_path)  # before attaching: nothing recorded is then lost to it
         session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
                                       stack_bytes=config.stack_bytes, native=config.native))  # fmt: skip
         objects = ObjectFileCache()
@@ -216,7 +245,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
             print(f"nprof: {message}", file=sys.stderr)
         why = _why_it_ended(sampler, stop, config)
-        written = _write_outputs(session, output, exporter, export)
+        written = _write_outputs(session, output, session_path, exporter, export)
         _print_summary(session, why, written, export)
     if child is not None:
         return _wait_child(child, pid, session)
@@ -239,16 +268,19 @@ def process_of_pid(pid: int) -> int:
 
 
 def _print_summary(session: Session, why: str, written: list[str], export: ExportConfig) -> None:
+    """The end of a recording, on standard error like every message of nprof's while it records: standard
+    output is the launched command's, or the profile's (``-o -``)."""
+    out = sys.stderr
     print(f"nprof: {why}; {session.total_samples:,} samples of {len(session.threads)} thread(s) in "
-          f"{session.meta.duration:.1f}s ({error_summary(session)}).")  # fmt: skip
+          f"{session.meta.duration:.1f}s ({error_summary(session)}).", file=out)  # fmt: skip
     held = session.counters.get("stop_held_median_ns")
     if held is not None:
         p90 = session.counters.get("stop_held_p90_ns", held)
         print(f"nprof: threads were held {held / 1e3:.0f} µs per sample (median; p90 {p90 / 1e3:.0f} µs), "
-              "from their stop to their resume.")  # fmt: skip
+              "from their stop to their resume.", file=out)  # fmt: skip
     for line in written:
-        print(f"nprof: {line}")
-    print(top_table(session, export))
+        print(f"nprof: {line}", file=out)
+    print(top_table(session, export), file=out)
 
 
 def _default_output(name: str, pid: int, exporter: Exporter | None) -> str:
@@ -279,27 +311,28 @@ def _how_the_target_ended(status: int | None) -> str:
     return f"target exited (status {status})"
 
 
-def _write_outputs(session: Session, output: str, exporter: Exporter, export: ExportConfig) -> list[str]:
+def _write_outputs(
+    session: Session, output: str, session_path: str, exporter: Exporter, export: ExportConfig
+) -> list[str]:
     """Write the requested output and the session file; a failure of one does not lose the other."""
     lines = []
     failures = []
     targets = [(output, exporter)]
-    session_path = session_path_for(output)
-    if exporter.format != "nprof":
-        targets.append((session_path, infer_format(session_path, "nprof")))
+    if exporter.format != "nprof" or session_path != output:
+        targets.append((session_path, SessionExporter()))
     for path, exp in targets:
         try:
             write(session, path, exp, export)
-            lines.append(f"wrote {exp.format} to {os.path.abspath(path)}")
+            lines.append(f"wrote {exp.format} to {'standard output' if path == STDOUT else os.path.abspath(path)}")
         except OutputError as e:
             failures.append(e)
         except OSError as e:
             failures.append(OutputError(f"Cannot write {path}: {e.strerror}."))
     if failures:
         for line in lines:
-            print(f"nprof: {line}")
+            print(f"nprof: {line}", file=sys.stderr)
         raise failures[0]
-    if exporter.format == "speedscope":
+    if exporter.format == "speedscope" and not is_stream(output):
         lines.append(f"open it with https://www.speedscope.app or `npx speedscope {output}`")
     return lines
 

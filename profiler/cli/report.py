@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-from profiler.atomic import check_writable
+from profiler.atomic import STDOUT, check_writable
 from profiler.cli.status import top_table
 from profiler.config import ExportConfig
 from profiler.errors import SessionFormatError
@@ -15,8 +16,9 @@ from profiler.sampling.session import Session
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", help="a .nprof file written by `nprof record`")
-    p.add_argument("-o", "--output", help="output file; the format follows the extension")
-    p.add_argument("-f", "--format", help="output format: speedscope, folded or nprof")
+    p.add_argument("-o", "--output", help="output file; the format follows the extension; - for standard output")
+    p.add_argument("-f", "--format", help="output format: speedscope, folded or nprof (without -o: to standard "
+                   "output; with neither, only the table of top functions is shown)")
     p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
     p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
@@ -27,15 +29,20 @@ def run(args: argparse.Namespace) -> int:
     config = ExportConfig(
         idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter
     )
+    # -f without -o: the output goes to standard output (``nprof report s.nprof -f folded | flamegraph.pl``)
+    output = STDOUT if args.output is None and args.format is not None else args.output
     exporter = None
-    if args.output is not None:
-        exporter = infer_format(args.output, args.format)
-        check_writable(args.output)
+    if output is not None:
+        exporter = infer_format(output, args.format)
+        check_writable(output)
     session = Session.load(args.session)
     if session.frame_info is None:
         raise SessionFormatError(f"{args.session}: the session holds no symbol names (it was not finished).")
-    if args.output is not None and exporter is not None:
-        write(session, args.output, exporter, config)
-        print(f"nprof: wrote {exporter.format} to {os.path.abspath(args.output)}")
-    print(top_table(session, config))
+    if output is None or exporter is None:
+        print(top_table(session, config))  # the table is the output
+        return 0
+    write(session, output, exporter, config)
+    where = "standard output" if output == STDOUT else os.path.abspath(output)
+    print(f"nprof: wrote {exporter.format} to {where}", file=sys.stderr)  # (standard output may be the profile)
+    print(top_table(session, config), file=sys.stderr)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from profiler.atomic import atomic_write
+from profiler.atomic import is_stream, write_output
 from profiler.config import ExportConfig
 from profiler.errors import UsageError
 from profiler.sampling.session import Session
@@ -33,6 +33,9 @@ def infer_format(path: str, requested: str | None) -> Exporter:
     """The exporter for ``-f`` if given, else for the output file's extension."""
     known = exporters()
     names = ", ".join(sorted(known))
+    if requested is None and is_stream(path) and not any(path.lower().endswith(x) for e in known.values()
+                                                         for x in e.extensions):  # fmt: skip
+        requested = "speedscope"  # standard output or a device without an extension: the default format
     if requested is not None:
         exporter = known.get(requested.lower())
         if exporter is None:
@@ -50,6 +53,6 @@ def infer_format(path: str, requested: str | None) -> Exporter:
 
 
 def write(session: Session, path: str, exporter: Exporter, config: ExportConfig) -> None:
-    data = exporter.render(session, config)
-    with atomic_write(path) as f:
-        f.write(data)
+    """Render the session in ``exporter``'s format to ``path`` (``atomic.write_output``: ``-`` is standard
+    output)."""
+    write_output(path, exporter.render(session, config))

@@ -86,7 +86,7 @@ def test_target_exits_mid_recording(churn_fp, tmp_path):
     with running_target([churn_fp, "1.5"]) as target:
         result = run_nprof("record", "--pid", str(target.pid), "-d", "30", "-o", out)
         assert result.returncode == 0, result.stderr
-        assert "target exited" in result.stdout
+        assert "target exited" in result.stderr
         assert target.wait(timeout=10) == 0, "the target exits normally"
     assert read_speedscope(out), "the profile of what ran is written"
     assert os.path.exists(tmp_path / "exit.nprof")

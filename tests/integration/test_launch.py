@@ -23,7 +23,7 @@ def record_startup(command: list[str], tmp_path) -> tuple[str, float, float, lis
     out = str(tmp_path / "startup.speedscope.json")
     result = run_nprof("record", "-r", "1000", "-o", out, "--", *command)
     assert result.returncode == 0, result.stderr
-    assert "target exited (status 0)" in result.stdout
+    assert "target exited (status 0)" in result.stderr
     [profile] = read_speedscope(out)
     startup = sum(w for s, w in profile.stacks.items() if "startup" in s)
     steady = sum(w for s, w in profile.stacks.items() if "steady" in s and "main" in s)

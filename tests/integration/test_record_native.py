@@ -50,7 +50,7 @@ def test_known_chain_is_exact(chain_fp, tmp_path):
     assert hit / total >= 0.95, f"only {hit / total:.1%} of leaf samples show the exact chain"
     deep = sum(w for s, w in leaf.items() if ends_with(s, recursion))
     assert deep > 0, "no sample shows the complete recursion"
-    assert "Top functions" in run["stdout"] and "spin" in run["stdout"]
+    assert "Top functions" in run["stderr"] and "spin" in run["stderr"]
 
 
 def test_samples_in_an_epilogue_unwind_through_the_red_zone(epilogue_fp, tmp_path):
@@ -132,7 +132,7 @@ def test_spawned_command_is_profiled_until_it_exits(tmp_path):
     out = str(tmp_path / "demo.speedscope.json")
     result = run_nprof("demo", "-d", "1.5", "-o", out)
     assert result.returncode == 0, result.stderr
-    assert "target exited (status 0)" in result.stdout
+    assert "target exited (status 0)" in result.stderr
     [profile] = read_speedscope(out)
     chain = ("main", "run_simulation", "step", "integrate", "compute_forces")
     hit, total = share(profile.stacks, lambda s: ends_with(s, chain))
@@ -192,7 +192,7 @@ def test_busy_thread_is_stopped_at_rates_above_the_scheduler_tick(chain_fp, tmp_
     assert 0 < held <= p90 < 1_000_000_000, session.counters
     stops, total_ns = session.counters["stops"], session.counters["stop_held_total_ns"]
     assert total - reused <= stops and 0 < total_ns / stops < 1_000_000_000, session.counters
-    assert "threads were held" in result.stdout
+    assert "threads were held" in result.stderr
 
 
 def test_libraries_loaded_while_recording_are_named_at_once(loader_and_libs, tmp_path):

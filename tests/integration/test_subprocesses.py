@@ -87,7 +87,7 @@ def test_the_summary_gives_the_targets_own_exit_status(tmp_path):
     out = str(tmp_path / "family.folded")
     result = run_nprof("record", "--subprocesses", "-o", out, "--", sys.executable, "-c", _PARENT_KILLS_ITS_CHILD)
     assert result.returncode == 0, result.stderr
-    assert "target exited (status 0)" in result.stdout, result.stdout
+    assert "target exited (status 0)" in result.stderr, result.stderr
     statuses = Session.load(str(tmp_path / "family.nprof")).meta.exit_status
     assert sorted(statuses.values()) == [-signal.SIGTERM, 0], statuses
 

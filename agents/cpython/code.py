@@ -63,6 +63,10 @@ CUT_KEY = 3
 OUTER_KEY = 4
 
 
+#: the largest ``_co_firsttraceable`` believed: the prologue before a code's RESUME is one MAKE_CELL per cell
+#: variable, COPY_FREE_VARS and RETURN_GENERATOR with its POP_TOP (Python/compile.c); more is not that field
+MAX_FIRST_TRACEABLE = 1 << 12
+
 #: a live code object's ob_refcnt is below this (3.12+ immortal ones hold _Py_IMMORTAL_REFCNT = UINT_MAX,
 #: Include/object.h). pymalloc's free() overwrites ob_refcnt with the free-list link, a pointer or NULL
 #: (Objects/obmalloc.c); glibc's free() overwrites the first two words (ob_refcnt, ob_type) with its own.
@@ -129,12 +133,16 @@ class CodeCache:
                 fields[name] = (offset, "Q")
         if code.version is not None:
             fields["version"] = (code.version, "I")
+        if code.first_traceable is not None:
+            fields["first_traceable"] = (code.first_traceable, "i")
         self._ident, names = fields_struct(fields)
         self._field = {name: i for i, name in enumerate(names)}
         self._i_type = self._field["ob_type"]
         self._i_name = self._field["qualname"] if "qualname" in self._field else self._field["name"]
         self._by_addr: dict[int, CodeInfo] = {}
         self.by_key: dict[int, CodeInfo] = {}
+        #: key -> ``_co_firsttraceable`` (3.11+): where a frame's prologue ends (``frames.decode_frames``)
+        self.first_traceable: dict[int, int] = {}
         self._generation: dict[int, int] = {}
         self.version = 0  #: code objects registered so far (``code_check.HeaderCheck``)
         self.stats = CodeStats()
@@ -262,6 +270,10 @@ class CodeCache:
         info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format)
         self._by_addr[addr] = info
         self.by_key[key] = info
+        if "first_traceable" in self._field:
+            first = ident[self._field["first_traceable"]]
+            if 0 <= first <= MAX_FIRST_TRACEABLE:
+                self.first_traceable[key] = first
         self.version += 1
         self.stats.decoded += 1
         return key

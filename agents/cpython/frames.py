@@ -16,9 +16,17 @@ with ``entry`` set (reference sections 2.6 and 4.3).
 
 A frame whose code pointer is not a code object ends the stack there (truncated, counted by the session):
 past a bad frame nothing can be trusted.
+
+3.11+: a frame still in its prologue, before its code's first RESUME (``_co_firsttraceable``), is left
+out, as CPython leaves it out of tracebacks and ``f_back`` (``_PyFrame_IsIncomplete``), unless it is an
+activation's entry, which the merge needs. One such frame never completes: the ``_Py_InitCleanup`` frame
+that 3.13 pushes under a specialized ``__init__`` call (Python/specialize.c), which showed as a frame
+``__init__`` without a line under every such constructor call. A generator's frame is never incomplete.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from agents.cpython.capture import StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY
@@ -27,6 +35,8 @@ from profiler.model import RuntimeFrame
 
 #: instruction indexes beyond this are garbage (the biggest real code objects have ~10**5 code units)
 MAX_INSTRUCTION = 1 << 24
+#: ``owner`` of a generator's or coroutine's frame, Include/internal/pycore_frame.h 3.11-3.14
+FRAME_OWNED_BY_GENERATOR = 1
 
 
 def instruction_offset(frame: FrameLayout, code_adaptive: int, code: int, position: int) -> int:
@@ -38,25 +48,48 @@ def instruction_offset(frame: FrameLayout, code_adaptive: int, code: int, positi
     return index if -1 <= index < MAX_INSTRUCTION else -1
 
 
-def decode_frames(capture: StackCapture, frame: FrameLayout, code_adaptive: int) -> tuple[list[RuntimeFrame], bool]:
+def decode_frames(
+    capture: StackCapture,
+    frame: FrameLayout,
+    code_adaptive: int,
+    first_traceable: Mapping[int, int],
+    sources: list[int] | None = None,
+) -> tuple[list[RuntimeFrame], bool]:
     """The capture's frames, and whether a bad code pointer cut them short. Uses the keys settled during
-    the stop (``capture.code_keys``, from ``CodeCache.decode_new``): nothing is read from the target and
-    the code cache is not consulted."""
+    the stop (``capture.code_keys``, from ``CodeCache.decode_new``) and ``first_traceable`` (code key ->
+    ``_co_firsttraceable``, ``CodeCache.first_traceable``): nothing is read from the target. ``sources``,
+    if given, receives the index in ``capture.frames`` of each frame returned."""
     out: list[RuntimeFrame] = []
+    found: list[int] = []  #: the index in capture.frames of each frame in out
+    incomplete: list[int] = []  #: the indexes in out of frames in their prologue
     every_frame_entry = frame.kind is FrameKind.FRAME_OBJECT
     shims = frame.shim_owners
     key_of = capture.code_keys.get
-    for _addr, code, position, flags in capture.frames:
+    cut = False
+    for i, (_addr, code, position, flags) in enumerate(capture.frames):
         if flags in shims:
             if out and not out[-1].shim:
                 out[-1] = out[-1]._replace(entry=True)
                 out.append(RuntimeFrame(SHIM_KEY, -1, False, True))
             else:
                 out.append(RuntimeFrame(SHIM_KEY, -1, True, True))
+            found.append(i)
             continue
         key = key_of(code)
         if key is None:
-            return out, True
+            cut = True
+            break
         offset = -1 if key == UNKNOWN_KEY else instruction_offset(frame, code_adaptive, code, position)
+        first = first_traceable.get(key)  # (3.11+ only; and an instruction outside the code is not a prologue)
+        if first is not None and -1 <= (position - code - code_adaptive) // 2 < first:
+            if flags & 0xFF != FRAME_OWNED_BY_GENERATOR:
+                incomplete.append(len(out))
         out.append(RuntimeFrame(key, offset, every_frame_entry or bool(flags & 0x100)))
-    return out, False
+        found.append(i)
+    if incomplete:  # left out, but an activation's entry (known only once its shim was met)
+        hidden = {i for i in incomplete if not out[i].entry}
+        found = [source for i, source in enumerate(found) if i not in hidden]
+        out = [f for i, f in enumerate(out) if i not in hidden]
+    if sources is not None:
+        sources.extend(found)
+    return out, cut

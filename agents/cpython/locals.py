@@ -103,11 +103,13 @@ class LocalsReader:
             return value
         return u64(head, o.cell_ref)
 
-    def capture_locals(self, capture: StackCapture) -> list[list[tuple[str, str]]]:
-        """Locals of every captured frame, innermost first (empty for shims and unreadable frames)."""
+    def capture_locals(self, capture: StackCapture, indexes: list[int]) -> list[list[tuple[str, str]]]:
+        """Locals of the captured frames at ``indexes`` (in ``capture.frames``), in that order (empty for
+        shims and unreadable frames)."""
         shims = self.layout.frame.shim_owners
         out = []
-        for frame_addr, code, _position, flags in capture.frames:
+        for i in indexes:
+            frame_addr, code, _position, flags = capture.frames[i]
             if flags in shims or not code:
                 out.append([])
             else:

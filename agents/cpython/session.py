@@ -397,7 +397,7 @@ class CPythonSession:
             else:
                 self.stats.unreadable += 1
             return []
-        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive)
+        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.first_traceable)
         if cut and not status.truncated:
             self.stats.truncated += 1
         elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
@@ -415,15 +415,21 @@ class CPythonSession:
         return frames
 
     def locals(self, capture: StackCapture | None) -> list[list[tuple[str, str]]]:
-        """(name, value text) of each frame's bound locals, aligned with ``frames(capture)``.
+        """(name, value text) of each Python frame's bound locals: one entry per frame of ``frames(capture)``
+        that is Python code (shims left out), in that order, as a stack shows them. Indexed by the captured
+        frames instead, every frame above a shim got the locals of the frame it called (3.12+: a Python
+        function called from C, and every call under ``-X perf``).
 
         For ``nprof dump --locals``: it reads the frames' memory, so call it while the thread is still
         stopped (after ``capture``); each frame and value is bounded (``locals.py``, ``objects.py``)."""
-        if capture is None:
+        if capture is None or capture.status == CaptureStatus.UNMAPPED:
             return []
         if self._locals is None:
             self._locals = LocalsReader(self.process.read, self.layout, self.interpreter.types)
-        return self._locals.capture_locals(capture)
+        sources: list[int] = []
+        frames, _cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.first_traceable,
+                                     sources)  # fmt: skip
+        return self._locals.capture_locals(capture, [i for f, i in zip(frames, sources) if not f.shim])
 
     def python_thread_names(self, max_age: float = NAMES_MAX_AGE) -> dict[int, str]:
         """``{thread ident: threading name}`` (ident = ``thread_id`` = pthread_t), re-read at most every

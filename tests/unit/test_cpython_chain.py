@@ -19,6 +19,7 @@ from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, Stack
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
+from agents.cpython.locals import LocalsReader
 from agents.cpython.offsets import TABLES
 from agents.cpython.plan import SHRINK_AFTER, build_plan
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader
@@ -36,6 +37,7 @@ CODE_TYPE, STR_TYPE, BYTES_TYPE = 0x5000_0000, 0x5000_1000, 0x5000_2000
 TYPES = {"PyCode_Type": CODE_TYPE, "PyUnicode_Type": STR_TYPE, "PyBytes_Type": BYTES_TYPE}
 TID = 4242
 OWNER_CSTACK = 3
+OWNER_GENERATOR = 1
 #: a line table saying "co_firstlineno + 1" for the first instructions, in each format (linetable.py)
 LINE_PLUS_ONE = {
     LineTableFormat.LNOTAB: bytes([0, 1]),  # from byte 0: +1
@@ -113,7 +115,7 @@ class FakeTarget:
         self.heap[addr - HEAP + 32 : addr - HEAP + 32 + len(data)] = data
         return addr
 
-    def code(self, name: str, firstlineno: int, version: int = 0) -> int:
+    def code(self, name: str, firstlineno: int, version: int = 0, first_traceable: int = 0) -> int:
         c = self.layout.code
         addr = self.alloc(max(c.size, (c.code_adaptive or 0) + 64))
         self.put(addr, "qQ", 1, CODE_TYPE)
@@ -126,6 +128,8 @@ class FakeTarget:
         self.put(addr + c.linetable, "Q", self.bytes_object(table))
         if c.version is not None:
             self.put(addr + c.version, "I", version)
+        if c.first_traceable is not None:
+            self.put(addr + c.first_traceable, "i", first_traceable)
         return addr
 
     def frame(self, code: int, previous: int, position: int = 0, owner: int = 0, is_entry: int = 0) -> int:
@@ -199,7 +203,7 @@ def decode(target: FakeTarget, stack, codes: CodeCache | None = None):
     if not stack.code_keys:
         codes.decode_new(stack)
     adaptive = target.layout.code.code_adaptive or 0
-    return decode_frames(stack, target.layout.frame, adaptive), codes
+    return decode_frames(stack, target.layout.frame, adaptive, codes.first_traceable), codes
 
 
 def names_of(codes: CodeCache, frames) -> list[str]:
@@ -436,6 +440,43 @@ def test_shims_mark_the_frame_newer_than_them_3_12(target):
     ]
     assert all(f.code == SHIM_KEY for f in frames if f.shim)
     assert names_of(codes, frames) == ["h", "g", "f"]
+
+
+@pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 12)], id="3.12")], indirect=True)
+def test_frames_in_their_prologue_are_left_out_unless_an_entry(target):
+    """CPython leaves a frame before its code's first RESUME out of tracebacks (``_PyFrame_IsIncomplete``),
+    and one never gets past it: 3.13's ``_Py_InitCleanup`` (``_co_firsttraceable`` 4, its instruction at 0),
+    pushed under a specialized ``__init__`` call. A generator's frame, and an activation's entry frame (which
+    the merge pairs with its eval loop), are kept."""
+    f = target.frame(target.code("f", 1), 0)
+    shim = target.frame(0, 0, owner=OWNER_CSTACK)
+    target.link(f, shim)
+    cleanup = target.frame(target.code("__init__", 1, first_traceable=4), f, position=0)
+    init = target.frame(target.code("K.__init__", 5, first_traceable=1), cleanup, position=1)
+    gen = target.frame(target.code("gen", 9, first_traceable=2), init, position=0, owner=OWNER_GENERATOR)
+    starting = target.frame(target.code("starting", 12, first_traceable=1), gen, position=0)
+    entry_shim = target.frame(0, starting, owner=OWNER_CSTACK)
+    called = target.frame(target.code("called_from_c", 20, first_traceable=1), entry_shim, position=0)
+    stack, _ = capture(target, target.thread_state(called))
+    (frames, cut), codes = decode(target, stack)
+    assert not cut
+    # innermost first: called_from_c is an entry (in its prologue, kept), "starting" and the cleanup are not
+    assert names_of(codes, frames) == ["called_from_c", "gen", "K.__init__", "f"]
+    assert [f.entry for f in frames if not f.shim] == [True, False, False, True]
+
+
+@pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 12)], id="3.12")], indirect=True)
+def test_locals_are_aligned_with_the_python_frames_across_shims(target, monkeypatch):
+    """``nprof dump --locals`` pairs each shown Python frame with an entry of ``locals()``: shims (a Python
+    function called from C) and frames left out get none, or every frame above one got the locals of the
+    frame it called."""
+    outer = target.frame(target.code("outer", 1), 0)
+    shim = target.frame(0, outer, owner=OWNER_CSTACK)
+    key = target.frame(target.code("key", 5), shim)
+    session = session_over(target, target.thread_state(key))
+    monkeypatch.setattr(LocalsReader, "frame_locals", lambda self, frame, code: [("frame", frame)])
+    stack = session.capture(TID, REGS)
+    assert session.locals(stack) == [[("frame", key)], [("frame", outer)]]
 
 
 @pytest.mark.parametrize("target", [pytest.param(TABLES[(3, 11)], id="3.11")], indirect=True)
@@ -707,7 +748,7 @@ def test_strings_reused_after_the_stop_do_not_rename_a_function(target):
         text = struct.unpack_from("<Q", target.heap, code_b + field - HEAP)[0] + o.unicode_ascii_size
         target.heap[text - HEAP] = ord("z")  # "b" -> "z", "Q.b" -> "z.b", "b.py" -> "z.py"
     adaptive = target.layout.code.code_adaptive or 0
-    frames, _cut = decode_frames(stack, target.layout.frame, adaptive)  # after resume
+    frames, _cut = decode_frames(stack, target.layout.frame, adaptive, codes.first_traceable)  # after resume
     info_b = codes.get(frames[1].code)
     assert info_b.name.endswith("b") and info_b.filename == "b.py"
 
@@ -728,6 +769,8 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._slots = {TID: ThreadSlot(TID, info)}
     session.walks = WalkSchedule()
     session._main_tid, session._main_mapped = TID, False
+    session._code_adaptive = target.layout.code.code_adaptive or 0
+    session._locals = LocalsReader(target.read, target.layout, TYPES)
 
     def snapshot_in_stop(tid: int, regs: object) -> ThreadSlot | None:
         """``snapshot``, then the copy the tracer makes with the stack window (none here: no native stack)."""

@@ -42,7 +42,7 @@ def test_blocked_frame_locals(interp):
         [(_capture, stack)] = t.tick()
         frames = t.session.frames(stack)
         local_lists = t.session.locals(stack)  # dump reads them while the thread is stopped; it is blocked here
-    assert len(local_lists) == len(frames)
+    assert len(local_lists) == len([f for f in frames if not f.shim])  # one per Python frame shown
     inner = dict(local_lists[0])
     assert inner["text"] == repr("caf\xe9 \u20ac \U0001f40d")
     assert inner["number"] == "-1234567890123456789012345"
@@ -57,3 +57,24 @@ def test_blocked_frame_locals(interp):
     assert inner["thing"].startswith("<Opaque object at 0x")
     assert inner["depth"] == "3"
     assert dict(local_lists[1]) == {"ready_fd": inner["ready_fd"]}
+
+
+@pytest.mark.parametrize("interp", interpreter_params())
+def test_python_called_from_c_has_each_frames_locals(interp):
+    """A C call between Python frames (a shim frame on 3.12+) does not shift the locals onto the frame
+    below, and 3.13's frame under a specialized ``__init__`` call (``_Py_InitCleanup``, which never gets
+    past its prologue) is not shown, as CPython's tracebacks do not show it."""
+    script = "called_from_c.py"
+    lines = marked_lines(script)
+    with attached(interp, script) as t:
+        [(_capture, stack)] = t.tick()
+        frames = t.session.frames(stack)
+        local_lists = t.session.locals(stack)
+    python = [f for f in frames if not f.shim]
+    infos = [t.session.describe(f) for f in python]
+    expected = [("Box.__init__" if interp.version >= (3, 11) else "__init__", "init"), ("middle", "middle"),
+                ("outer", "outer"), ("main", "main"), ("<module>", "module")]  # fmt: skip
+    assert [(i.name, i.line) for i in infos] == [(name, lines[mark]) for name, mark in expected]
+    own = ["init_local", "middle_local", "outer_local"]
+    for name, frame_locals in zip(own, local_lists):
+        assert name in dict(frame_locals), (name, local_lists)

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from agents.cpython import debug_offsets
-from agents.cpython.layout import Layout
+from agents.cpython.layout import Layout, ObjectLayout
 from agents.cpython.offsets import table_layout
 from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.errors import BinaryError
@@ -27,6 +27,13 @@ SUPPORTED = ((3, 8), (3, 14))  #: oldest and newest minor version the agent read
 _NAME = re.compile(r"^(?:lib)?python3\.(\d+)([a-z]*)(?:\.so.*)?$")
 
 #: the objects and types whose addresses the agent compares against (all GLOBAL in .dynsym, 3.8-3.14)
+#: debug builds (Py_DEBUG, ABI flag "d") whose offsets match the tables: Debian's python3.11d (3.11.2),
+#: checked here frame by frame and local by local against sys._current_frames. Py_DEBUG adds fields to some
+#: runtime structs (Py_REF_DEBUG's totals), so the other versions' tables are not trusted for them.
+DEBUG_TABLES_CHECKED = frozenset({(3, 11)})
+#: from this version every offset is read from the build's own _Py_DebugOffsets, a debug build's included
+DEBUG_OFFSETS_FROM = (3, 13)
+
 TYPE_SYMBOLS = (
     "PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "PyLong_Type", "PyBool_Type", "PyFloat_Type",
     "PyTuple_Type", "PyList_Type", "PyDict_Type", "PyCell_Type", "PyModule_Type",
@@ -81,6 +88,17 @@ def version_from_name(path: str) -> tuple[tuple[int, int], str] | None:
     if match is None:
         return None
     return (3, int(match.group(1))), match.group(2)
+
+
+def _traces_refs(process: TargetProcess, types: dict[str, int]) -> bool:
+    """Whether objects start with Py_TRACE_REFS's two list links (``_ob_next``, ``_ob_prev``) before their
+    refcount and type, which moves every field nprof reads. Told from memory, not from the build's name:
+    ``True``'s type pointer is at offset 8 (Include/object.h) unless the links are there."""
+    true, boolean = types.get("_Py_TrueStruct"), types.get("PyBool_Type")
+    if true is None or boolean is None:
+        return False
+    data = process.read(true + ObjectLayout.ob_type, 8)
+    return len(data) == 8 and int.from_bytes(data, "little") != boolean
 
 
 def _version_from_symbol(obj: ObjectFile) -> tuple[int, int] | None:
@@ -138,9 +156,11 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
     label = f"CPython {version[0]}.{version[1]}"
     if not SUPPORTED[0] <= version <= SUPPORTED[1]:
         raise DetectError(f"{label} is not supported (nprof reads 3.8 to 3.14)")
-    if "d" in flags or "t" in flags:
-        kind = "debug" if "d" in flags else "free-threaded"
-        raise DetectError(f"{label} is a {kind} build, whose object layout nprof does not read")
+    if "t" in flags:
+        raise DetectError(f"{label} is a free-threaded build, whose object layout nprof does not read")
+    if "d" in flags and not (version in DEBUG_TABLES_CHECKED or version >= DEBUG_OFFSETS_FROM):
+        raise DetectError(f"{label} is a debug build, whose offsets nprof has not checked (it reads the debug "
+                          "builds of 3.11 and of 3.13 on)")  # fmt: skip
     bias = obj.elf.bias_for(mapping.start, mapping.offset, mapping.executable)
     if bias is None:
         raise DetectError(f"cannot place {mapping.path} in memory (no PT_LOAD covers its mapping)")
@@ -154,4 +174,6 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
             types[name] = hit[0] + bias
     if "PyCode_Type" not in types:
         raise DetectError(f"{mapping.path} exports no PyCode_Type, needed to validate code objects")
+    if _traces_refs(process, types):
+        raise DetectError(f"{label} is built with Py_TRACE_REFS, whose object header nprof does not read")
     return Interpreter(mapping.path, obj, bias, version, runtime, layout, types)

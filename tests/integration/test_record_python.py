@@ -19,7 +19,7 @@ from profiler.model import FrameKind, SampleClass
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
 from tests.support.targets import run_nprof, running_target
-from tests.targets.python.interpreters import TARGETS, interpreter_params
+from tests.targets.python.interpreters import TARGETS, debug_interpreter_params, interpreter_params
 
 INTERPRETERS = interpreter_params()
 
@@ -56,7 +56,7 @@ def eval_loop_runs(stack: tuple, path: str) -> bool:
     )
 
 
-@pytest.mark.parametrize("interp", INTERPRETERS)
+@pytest.mark.parametrize("interp", INTERPRETERS + debug_interpreter_params())
 def test_pure_python_chain(interp, tmp_path):
     path = script("chain.py")
     out = str(tmp_path / "chain.speedscope.json")

@@ -7,12 +7,12 @@ import os
 import pytest
 
 from tests.integration.cpython.conftest import attached, marked_lines
-from tests.targets.python.interpreters import TARGETS, interpreter_params
+from tests.targets.python.interpreters import TARGETS, debug_interpreter_params, interpreter_params
 
 SCRIPT = "blocked.py"
 
 
-@pytest.mark.parametrize("interp", interpreter_params())
+@pytest.mark.parametrize("interp", interpreter_params() + debug_interpreter_params())
 def test_blocked_stack_is_exact(interp):
     lines = marked_lines(SCRIPT)
     path = os.path.join(TARGETS, SCRIPT)
@@ -36,7 +36,7 @@ def test_blocked_stack_is_exact(interp):
     assert len(shims) == (1 if interp.version >= (3, 12) else 0)
 
 
-@pytest.mark.parametrize("interp", interpreter_params())
+@pytest.mark.parametrize("interp", interpreter_params() + debug_interpreter_params())
 def test_blocked_frame_locals(interp):
     with attached(interp, SCRIPT) as t:
         [(_capture, stack)] = t.tick()
@@ -59,7 +59,7 @@ def test_blocked_frame_locals(interp):
     assert dict(local_lists[1]) == {"ready_fd": inner["ready_fd"]}
 
 
-@pytest.mark.parametrize("interp", interpreter_params())
+@pytest.mark.parametrize("interp", interpreter_params() + debug_interpreter_params())
 def test_python_called_from_c_has_each_frames_locals(interp):
     """A C call between Python frames (a shim frame on 3.12+) does not shift the locals onto the frame
     below, and 3.13's frame under a specialized ``__init__`` call (``_Py_InitCleanup``, which never gets

@@ -17,6 +17,8 @@ import pytest
 PYENV_ROOT = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
 MINORS = [(3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)]
 DISTRO_PYTHON = "/usr/bin/python3"
+#: Debian's debug build (Py_DEBUG) of its python3, from python3.11-dbg (scripts/setup-tests.sh)
+DISTRO_DEBUG_PYTHON = "/usr/bin/python3.11d"
 TARGETS = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -65,3 +67,11 @@ def interpreter_params() -> list:
     else:
         params.append(pytest.param(distro, id=distro.label))
     return params
+
+
+def debug_interpreter_params() -> list:
+    """pytest params for the distro's debug interpreter (its own object allocator checks, and a name with
+    the "d" ABI flag), skipped with a reason where it is missing."""
+    if not os.access(DISTRO_DEBUG_PYTHON, os.X_OK):
+        return [pytest.param(None, id="debian-debug", marks=pytest.mark.skip(reason=f"no {DISTRO_DEBUG_PYTHON}"))]
+    return [pytest.param(Interpreter("debian-3.11d", DISTRO_DEBUG_PYTHON, (3, 11)), id="debian-3.11d")]

@@ -19,6 +19,26 @@ WINDOW_NOTICE_SHARE = 0.01
 WINDOW_NOTICE_MIN_SAMPLES = 10
 
 
+#: the end of a recording says the rate asked was not kept when ticks came at less than this share of it
+#: (the jitter and a few late ticks take a recording kept up with to 0.95-1.0 of it, measured here)
+RATE_NOTICE_SHARE = 0.8
+#: ...and the recording had at least this many ticks (a short one's rate is mostly its start)
+RATE_NOTICE_MIN_TICKS = 50
+
+
+def rate_shortfall(ticks: int, duration: float, rate: float) -> str | None:
+    """A notice when the ticks came well below the rate asked: each tick's stops, copies and unwinds took
+    longer than a period (many threads, deep stacks, a busy machine). The profile's shares are still
+    right, but a function's time in seconds is then shorter than it was, and the samples are fewer."""
+    if ticks < RATE_NOTICE_MIN_TICKS or duration <= 0:
+        return None
+    achieved = ticks / duration
+    if achieved >= RATE_NOTICE_SHARE * rate:
+        return None
+    return (f"sampled at {achieved:,.0f} Hz, not the {rate:,g} Hz asked: nprof could not keep up with "
+            f"this target at that rate; a lower -r/--rate gives evenly spaced samples")
+
+
 def unwind_problems(objects: Iterable[ObjectFile], session: Session) -> list[str]:
     """One counted warning per module whose CFI was (partly) corrupt; frame pointers were used there."""
     messages = []

@@ -23,6 +23,7 @@ from profiler.sampling.notices import (
     depth_limit_shortfall,
     no_unwind_info,
     other_stack_samples,
+    rate_shortfall,
     stack_window_shortfall,
     unwind_problems,
 )
@@ -322,4 +323,7 @@ class Sampler:
                 self._notice(shortfall)
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
+        shortfall = rate_shortfall(self.ticks, self.session.meta.duration, self.config.rate)
+        if shortfall:
+            self._notice(shortfall)
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.notices import (
-    depth_limit_shortfall, no_unwind_info, other_stack_samples, stack_window_shortfall,
+    depth_limit_shortfall, no_unwind_info, other_stack_samples, rate_shortfall, stack_window_shortfall,
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session, SessionMeta
@@ -71,3 +71,12 @@ def test_a_process_found_exiting_at_its_last_detection_look_is_counted_not_repor
     assert told == [] and processes.session.counters == {"processes_exited_before_detection": 1}
     processes._no_runtime(target([Mapping(0x1000, 0x2000, "r-xp", 0, 1, "/usr/bin/cat")]))
     assert told == ["pid 7 (python): no libpython or python executable mapped: not a CPython process"]
+
+
+def test_a_rate_not_kept_is_told_with_what_was_achieved():
+    assert rate_shortfall(ticks=8848, duration=1.0, rate=20000) == (
+        "sampled at 8,848 Hz, not the 20,000 Hz asked: nprof could not keep up with this target at that rate; "
+        "a lower -r/--rate gives evenly spaced samples"
+    )
+    assert rate_shortfall(ticks=960, duration=1.0, rate=1000) is None  # kept up with (jitter, a late tick)
+    assert rate_shortfall(ticks=20, duration=1.0, rate=1000) is None  # too short a recording to tell

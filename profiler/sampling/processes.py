@@ -117,14 +117,18 @@ class SampledProcesses:
 
     def give_up_detection(self) -> None:
         """At the end: processes still waiting for their runtime are profiled natively, and the user is told;
-        not about one that exited meanwhile (a short-lived child, run before its runtime was even mapped:
-        `python -m json.tool` under `python -m test`), which was profiled natively for all its life."""
+        not about a child that exited meanwhile (a short-lived child, run before its runtime was even mapped:
+        `python -m json.tool` under `python -m test`), which was profiled natively for all its life. The
+        process nprof was pointed at is told of, exited or not: a command shorter than the recording."""
         for target in self.targets.values():
             if target.detection_pending:
-                exited = target.process.pid in self.tracer.seized.exit_status  # (called after every detach)
-                if exited:
+                pid = target.process.pid
+                exited = pid in self.tracer.seized.exit_status  # (called after every detach)
+                if exited and pid != self.session.meta.pid:
                     self.session.count("processes_exited_before_detection")
-                self._no_runtime(target, tell=not exited)
+                    self._no_runtime(target, tell=False)
+                else:
+                    self._no_runtime(target)
 
     def _register_agent(self, agent: AgentSession, pid: int) -> int:
         """The index in ``session.agents`` of a newly found agent session: its own label, even where the same
@@ -164,14 +168,16 @@ class SampledProcesses:
 
     def _no_runtime(self, target: Target, tell: bool = True) -> None:
         """Stop looking for a runtime in ``target`` and, with ``tell``, say why it is profiled natively; not
-        for a process whose maps are empty: it is exiting (a pool's forked worker ending, its runtime found
-        "not mapped"), and nothing is left to profile."""
+        for a child whose maps are empty: it is exiting (a pool's forked worker ending, its runtime found
+        "not mapped"), and nothing is left to profile. The process nprof was pointed at is always told of,
+        exited or not (a command that ran for less than the recording)."""
         target.detect_until = 0.0
-        if tell and not target.process.maps.mappings:
+        exiting = not target.process.maps.mappings
+        if tell and exiting and target.process.pid != self.session.meta.pid:
             self.session.count("processes_exited_before_detection")
             return
         if tell and target.detect_reasons:
-            self.notice(target.no_runtime_notice())
+            self.notice(target.no_runtime_notice(self.config.native))
 
     def _follow_children(self) -> None:
         """Attach children that appeared, and re-map processes that exec'd (--subprocesses)."""

@@ -111,9 +111,13 @@ class Target:
         """Detection is pending and the process started less than ``DETECT_SOON`` ago."""
         return self.detection_pending and now < self.detect_until - DETECT_GRACE + DETECT_SOON
 
-    def no_runtime_notice(self) -> str:
+    def no_runtime_notice(self, native: bool = True) -> str:
+        """Why no runtime's frames are read in this process, and what is recorded instead: its native
+        frames, or with ``--no-native`` nothing (its samples have no frames to show)."""
         p = self.process
-        return f"pid {p.pid} ({p.comm}): {'; '.join(self.detect_reasons)}; profiling native frames"
+        what = "profiling native frames" if native else (
+            "--no-native records no frames of it: leave --no-native out to profile its native frames")
+        return f"pid {p.pid} ({p.comm}): {'; '.join(self.detect_reasons)}; {what}"
 
     def flags(self, frame: NativeFrame) -> tuple[bool, bool]:
         """(is an eval-loop anchor, is in the runtime's lock wait) for a native frame, asked of the agent

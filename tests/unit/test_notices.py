@@ -60,12 +60,13 @@ def test_a_process_found_exiting_at_its_last_detection_look_is_counted_not_repor
     processes = object.__new__(SampledProcesses)
     processes.session = Session(SessionMeta(pid=1, command=["python"]))
     processes.notice = told.append
+    processes.config = SimpleNamespace(native=True)
 
     def target(mappings: list[Mapping]) -> SimpleNamespace:
         process = SimpleNamespace(pid=7, comm="python", maps=MappingIndex(mappings))
         reasons = ["no libpython or python executable mapped: not a CPython process"]
         return SimpleNamespace(process=process, detect_until=1.0, detect_reasons=reasons,
-                               no_runtime_notice=lambda: "pid 7 (python): " + reasons[0])  # fmt: skip
+                               no_runtime_notice=lambda native: "pid 7 (python): " + reasons[0])  # fmt: skip
 
     processes._no_runtime(target([]))
     assert told == [] and processes.session.counters == {"processes_exited_before_detection": 1}

@@ -16,8 +16,9 @@ import orjson
 
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.record import process_of_pid
-from profiler.config import SamplerConfig
-from profiler.model import FrameInfo, FrameKind, SampleClass
+from profiler.config import MAX_STACK_BYTES, SamplerConfig
+from profiler.errors import UsageError
+from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
 from profiler.runtime import Agent
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
@@ -30,6 +31,13 @@ STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped
                "Z": "zombie", "X": "dead", "I": "idle"}  # fmt: skip
 
 
+#: a dump stops each thread once, so it copies 16 times record's window by default: 64 KiB cut a
+#: 2000-deep recursion of 200-byte frames at 293 frames, which gdb showed whole
+DUMP_STACK_BYTES = 1 << 20
+#: walks that end for these reasons reached the outermost frame, or were not made: nothing to say
+_WHOLE = (StopReason.END_OF_STACK, StopReason.NO_STACK_COPY, StopReason.REUSED)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", "-p", type=int, required=True, help="the process to dump")
     p.add_argument("--locals", action="store_true", help="show each Python frame's local variables")
@@ -38,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--native", action=argparse.BooleanOptionalAction, default=True,
         help="interleave native frames (default on); --no-native shows Python frames only",
     )  # fmt: skip
+    p.add_argument("--stack-bytes", type=int, default=DUMP_STACK_BYTES,
+                   help=f"stack bytes copied per thread (default {DUMP_STACK_BYTES})")  # fmt: skip
+
 
 
 @dataclass
@@ -59,14 +70,19 @@ class DumpThread:
     #: why there are no frames: the thread did not stop in time (uninterruptible sleep, where a hung
     #: program often is), with the kernel function it waits in where /proc says
     unstopped: str | None = None
+    stop: StopReason = StopReason.END_OF_STACK  #: why the native walk ended
 
 
 def snapshot(
-    pid: int, native: bool, with_locals: bool, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]
+    pid: int,
+    native: bool,
+    with_locals: bool,
+    agent_factory: Callable[[ObjectFileCache], Sequence[Agent]],
+    stack_bytes: int = DUMP_STACK_BYTES,
 ) -> tuple[Session, list[DumpThread]]:
-    session = Session(SessionMeta(pid=pid, command=procfs.read_cmdline(pid), rate=0.0))
+    session = Session(SessionMeta(pid=pid, command=procfs.read_cmdline(pid), rate=0.0, stack_bytes=stack_bytes))
     objects = ObjectFileCache()
-    config = SamplerConfig(native=native, interrupt_sleeping=True)
+    config = SamplerConfig(native=native, interrupt_sleeping=True, stack_bytes=stack_bytes)
     sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
     target = sampler.add_process(pid)
@@ -95,7 +111,7 @@ def snapshot(
         print(f"nprof: {message}", file=sys.stderr)
     threads = []
     kinds = session.frames.kinds()
-    for (thread, stack, _stop, cls), _n in session.samples.items():
+    for (thread, stack, stop, cls), _n in session.samples.items():
         t = session.threads[thread]
         frames: list[DumpFrame] = []
         runtime_locals = local_vars.get(t.tid, [])
@@ -109,7 +125,8 @@ def snapshot(
                 python_seen += 1
             frames.append(frame)
         threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
-                                  gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames))  # fmt: skip
+                                  gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames,
+                                  stop=StopReason(stop)))  # fmt: skip
     captured = {t.tid for t in threads}
     for record in records:  # threads that never reported their stop: still listed, with why
         if record.tid not in captured and not record.gone:
@@ -151,7 +168,16 @@ def render_text(session: Session, threads: list[DumpThread]) -> str:
             lines.append(f"    {f.info.name}{_where(f.info)}")
             for name, value in f.locals:
                 lines.append(f"        {name} = {value}")
+        if t.stop not in _WHOLE:
+            lines.append(f"    ... (the native walk stopped here: {_why(t.stop, session.meta.stack_bytes)})")
     return "\n".join(lines)
+
+
+def _why(stop: StopReason, stack_bytes: int) -> str:
+    """A stop reason, with what to do about it where something can be done."""
+    if stop is StopReason.WINDOW_EXHAUSTED:
+        return f"{stop.label}; --stack-bytes {2 * stack_bytes} copies more"
+    return stop.label
 
 
 def _where(info: FrameInfo) -> str:
@@ -173,6 +199,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
                 "holds_gil": t.holds_gil,
                 "waiting_for_gil": t.waiting_for_gil,
                 **({"unstopped": t.unstopped} if t.unstopped else {}),
+                **({"walk_stopped": _why(t.stop, session.meta.stack_bytes)} if t.stop not in _WHOLE else {}),
                 "frames": [
                     {
                         "kind": "python" if f.python else "native",
@@ -193,7 +220,10 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
 
 
 def run(args: argparse.Namespace, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]) -> int:
-    session, threads = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory)
+    if not 0 < args.stack_bytes <= MAX_STACK_BYTES:
+        raise UsageError(f"--stack-bytes {args.stack_bytes} is out of range.", f"Give 1 to {MAX_STACK_BYTES}.")
+    session, threads = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory,
+                                args.stack_bytes)  # fmt: skip
     if args.json:
         sys.stdout.buffer.write(render_json(session, threads) + b"\n")
     else:

@@ -288,3 +288,19 @@ def test_dump_lists_a_thread_that_cannot_stop_and_says_why(tmp_path):
     main = threads[target.pid]
     assert main["frames"] == [] and main["unstopped"].startswith("did not stop in time: disk sleep")
     assert any(t["frames"] for tid, t in threads.items() if tid != target.pid), "the spinning thread's stack"
+
+
+def test_dump_says_where_and_why_a_stack_was_cut(chain_fp):
+    """A dump cut short by its stack window says so, with the option that copies more; its default window
+    (1 MiB, 16 times record's: a dump stops each thread once) holds the chain's recursion whole. A 64 KiB
+    window cut a 2000-deep recursion at 293 frames, silently."""
+    with running_target([chain_fp]) as target:
+        cut = run_nprof("dump", "--pid", str(target.pid), "--json", "--stack-bytes", "64")
+        whole = run_nprof("dump", "--pid", str(target.pid), "--json")
+        text = run_nprof("dump", "--pid", str(target.pid), "--stack-bytes", "64")
+    assert cut.returncode == whole.returncode == text.returncode == 0, cut.stderr + whole.stderr
+    [small] = [t for t in json.loads(cut.stdout)["threads"] if t["tid"] == target.pid]
+    assert small["walk_stopped"] == "window exhausted; --stack-bytes 128 copies more", small
+    assert "... (the native walk stopped here: window exhausted; --stack-bytes 128 copies more)" in text.stdout
+    [full] = [t for t in json.loads(whole.stdout)["threads"] if t["tid"] == target.pid]
+    assert "walk_stopped" not in full and full["frames"][-1]["name"] == "_start", full["frames"][-3:]

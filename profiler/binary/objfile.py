@@ -28,7 +28,7 @@ from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save
 from profiler.binary.cfi.load import NO_CFI
 from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
-from profiler.binary.plt import PltStubs, load_plt_stubs
+from profiler.binary.plt import PLT_SECTIONS, PUSH_RIP, PltStubs, load_plt_stubs
 from profiler.binary.prologue import FrameState, FunctionLayout
 from profiler.binary.symbols import SymbolTable, load_symbols
 from profiler.errors import BinaryError
@@ -204,7 +204,8 @@ class ObjectFile:
         return self._key
 
     def frame_state(self, svma: int) -> FrameState | None:
-        """Prologue analysis at ``svma``: None if the function is unknown (no symbol covers it)."""
+        """Prologue analysis at ``svma``: None if the function is unknown (no symbol covers it, and it is
+        not a PLT stub)."""
         try:
             return self._frame_states[svma]
         except KeyError:
@@ -212,7 +213,9 @@ class ObjectFile:
         state = None
         symbols = self.symbols
         hit = symbols.lookup(svma) if symbols is not None else None
-        if hit is not None:
+        if hit is None:
+            state = self._plt_frame_state(svma)
+        else:
             _name, start, end = hit
             layout = self._layouts.get(start, False)
             if layout is False:
@@ -226,6 +229,27 @@ class ObjectFile:
                 state = layout.state_at(svma)
         self._frame_states[svma] = state
         return state
+
+    def _plt_frame_state(self, svma: int) -> FrameState | None:
+        """The frame state in the PLT stub holding ``svma``, for a file that has no CFI for its PLT: LLD (the
+        linker rustc uses) writes none, nor does GNU ld with --no-ld-generated-unwind-info; a sample there
+        had a one-frame stack. Each stub is analysed as a function of its own (``plt.PLT_SECTIONS``), except
+        that the first ``.plt`` entry, the lazy resolver's, is entered with the relocation index the
+        calling stub pushed above the return address (System V x86-64 psABI, "Procedure Linkage Table")."""
+        for name, default_size in PLT_SECTIONS.items():
+            info = self.elf.sections.get(name)
+            if info is None or not info.sh_addr <= svma < info.sh_addr + info.sh_size:
+                continue
+            size = info.sh_entsize or default_size
+            start = info.sh_addr + (svma - info.sh_addr) // size * size
+            code = self.elf.read_svma(start, size)
+            if not code:
+                return None
+            state = FunctionLayout(code, start).state_at(svma)
+            if name == ".plt" and start == info.sh_addr and code[:2] == PUSH_RIP:
+                state = FrameState(state.ra_offset + 8, state.rbp_offset)
+            return state
+        return None
 
 
 class ObjectFileCache:

@@ -214,7 +214,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         if session_path != output:
             check_writable(session_path)  # before attaching: nothing recorded is then lost to it
         session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
-                                      stack_bytes=config.stack_bytes, native=config.native))  # fmt: skip
+                                      stack_bytes=config.stack_bytes, native=config.native,
+                                      idle_stacks=config.interrupt_sleeping))  # fmt: skip
         objects = ObjectFileCache()
         sampler = Sampler(
             session, config, objects=objects, agents=agent_factory(objects),

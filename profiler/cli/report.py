@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     session = Session.load(args.session)
     if session.frame_info is None:
         raise SessionFormatError(f"{args.session}: the session holds no symbol names (it was not finished).")
+    if config.idle and not session.meta.idle_stacks:
+        print("nprof: this session was recorded without --idle: an idle sample shows the stack its thread had "
+              "when last seen running, not where it sleeps (record with --idle for those)", file=sys.stderr)
     if output is None or exporter is None:
         print(top_table(session, config))  # the table is the output
         return 0

@@ -56,6 +56,9 @@ class SessionMeta:
     processes: dict[int, list[str]] = field(default_factory=dict)  #: pid -> command line
     exit_status: dict[int, int] = field(default_factory=dict)  #: pid -> exit code (negative: signal)
     notices: list[str] = field(default_factory=list)  #: one-line notices shown to the user
+    #: recorded with --idle: threads asleep were stopped for their stacks. Without it an idle sample counts
+    #: the stack its thread had when last seen running (``idle.py``), not where it sleeps.
+    idle_stacks: bool = False
 
 
 class Session:

@@ -98,3 +98,16 @@ def test_report_with_a_format_and_no_output_writes_to_standard_output(chain_fp, 
     assert result.returncode == 0, result.stderr
     assert sorted(folded_lines(result.stdout)) == sorted(folded_lines(open(out).read()))
     assert "Top functions" in result.stderr
+
+
+def test_report_idle_of_a_recording_without_idle_says_its_idle_stacks_are_stale(chain_fp, tmp_path):
+    """Without --idle a sleeping thread is not stopped, and its idle samples count the stack it had when
+    last seen running (a main thread in Thread.join showed an import of its start-up)."""
+    with running_target([chain_fp]) as target:
+        assert record(target.pid, "-o", "plain.folded", cwd=str(tmp_path)).returncode == 0
+        assert record(target.pid, "--idle", "-o", "idle.folded", cwd=str(tmp_path)).returncode == 0
+    plain = run_nprof("report", str(tmp_path / "plain.nprof"), "--idle")
+    exact = run_nprof("report", str(tmp_path / "idle.nprof"), "--idle")
+    assert plain.returncode == exact.returncode == 0, plain.stderr + exact.stderr
+    assert "recorded without --idle: an idle sample shows the stack" in plain.stderr
+    assert "recorded without --idle" not in exact.stderr

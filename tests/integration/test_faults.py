@@ -99,9 +99,9 @@ def test_signal_to_nprof_writes_what_was_sampled(chain_fp, tmp_path, sig):
         nprof = start_recording(target.pid, out)
         time.sleep(1.0)  # the length of the recording, not a synchronisation
         nprof.send_signal(sig)
-        stdout, stderr = nprof.communicate(timeout=60)
+        _stdout, stderr = nprof.communicate(timeout=60)
         assert nprof.returncode == 0, stderr
-        assert f"stopped by {signal.Signals(sig).name}" in stdout
+        assert f"stopped by {signal.Signals(sig).name}" in stderr
         assert target.poll() is None
         assert_running_free(target.pid)
         before = run_time(target.pid)
@@ -122,9 +122,9 @@ def test_a_signal_that_comes_again_still_writes_what_was_sampled(chain_fp, tmp_p
         nprof.send_signal(signal.SIGINT)
         time.sleep(0.05)  # two signals, not one: a signal still pending is not queued again
         nprof.send_signal(signal.SIGINT)
-        stdout, stderr = nprof.communicate(timeout=60)
+        _stdout, stderr = nprof.communicate(timeout=60)
         assert nprof.returncode == 0, stderr
-        assert "stopped by SIGINT" in stdout
+        assert "stopped by SIGINT" in stderr
         assert target.poll() is None
         assert wait_until(lambda: attached_by(target.pid, 0), timeout=10)
         assert_running_free(target.pid)

@@ -83,6 +83,10 @@ def top_table(session: Session, config: ExportConfig, limit: int = 10) -> str:
     """The functions with the most samples, by self and total share."""
     totals, samples = function_totals(session, config)
     idle_note = "idle included" if config.idle else "idle excluded, --idle to include"
+    if not samples and not session.total_samples and session.threads and not session.meta.idle_stacks:
+        # Threads asleep since nprof attached are not stopped without --idle, and have no stack to count
+        return ("No samples: every thread slept for the whole recording, and a sleeping thread is not stopped "
+                "without --idle; record with --idle to see where they sleep.")
     if not samples:
         return f"No samples to show ({idle_note})."
     lines = [f"Top functions ({samples:,} samples, {idle_note}):", "   self%  total%  function"]

@@ -62,7 +62,7 @@ class UnwindMethod(enum.IntEnum):
 
     IP = 0  #: the innermost frame, from the instruction pointer
     FRAME_POINTER = 1  #: from the rbp chain
-    PROLOGUE = 2  #: innermost-frame return address found by prologue analysis (function has no rbp frame yet)
+    PROLOGUE = 2  #: return address found by analysing the function's code (no rbp frame there, no CFI)
     CFI = 3  #: from DWARF call frame information
     SCAN = 4  #: from a disassembler-validated stack scan
     SIGNAL = 5  #: the interrupted pc restored from a signal frame

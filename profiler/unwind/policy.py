@@ -156,12 +156,16 @@ class NativeUnwinder:
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
     ) -> tuple[Registers | StopReason, UnwindMethod]:
-        """The rbp-chain step for a frame without a CFI row; its failure means "no unwind info"."""
+        """The step for a frame without a CFI row; its failure means "no unwind info". Where the function's
+        frame at ``lookup`` is known from its code (``prologue.py``) and is not an rbp frame, the return
+        address is found from it: in the innermost frame before its prologue set rbp up, and in a caller
+        frame built without frame pointers or CFI (rustc's ``main`` shim under panic=abort, ``push %rax;
+        call; pop; ret``, stopped every walk of a Rust program's main thread). Else the rbp chain."""
         sp, bp = regs[DW_RSP] or 0, regs[DW_RBP] or 0
         method = UnwindMethod.FRAME_POINTER
         step: StepResult
-        if innermost:
-            state = entry.obj.frame_state(lookup - entry.module.bias) if entry and entry.obj else None
+        state = entry.obj.frame_state(lookup - entry.module.bias) if entry and entry.obj else None
+        if innermost or (state is not None and state.ra_offset != FRAME_SET):
             step = step_first(state, sp, bp, window)
             if state is not None and state.ra_offset != FRAME_SET:
                 method = UnwindMethod.PROLOGUE

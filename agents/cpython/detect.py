@@ -26,7 +26,6 @@ SUPPORTED = ((3, 8), (3, 14))  #: oldest and newest minor version the agent read
 #: ``libpython3.12.so.1.0``, ``python3.11``, ``libpython3.13t.so``: the minor version and ABI flags
 _NAME = re.compile(r"^(?:lib)?python3\.(\d+)([a-z]*)(?:\.so.*)?$")
 
-#: the objects and types whose addresses the agent compares against (all GLOBAL in .dynsym, 3.8-3.14)
 #: debug builds (Py_DEBUG, ABI flag "d") whose offsets match the tables: Debian's python3.11d (3.11.2),
 #: checked here frame by frame and local by local against sys._current_frames. Py_DEBUG adds fields to some
 #: runtime structs (Py_REF_DEBUG's totals), so the other versions' tables are not trusted for them.
@@ -34,6 +33,7 @@ DEBUG_TABLES_CHECKED = frozenset({(3, 11)})
 #: from this version every offset is read from the build's own _Py_DebugOffsets, a debug build's included
 DEBUG_OFFSETS_FROM = (3, 13)
 
+#: the objects and types whose addresses the agent compares against (all GLOBAL in .dynsym, 3.8-3.14)
 TYPE_SYMBOLS = (
     "PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "PyLong_Type", "PyBool_Type", "PyFloat_Type",
     "PyTuple_Type", "PyList_Type", "PyDict_Type", "PyCell_Type", "PyModule_Type",
@@ -146,9 +146,12 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
     except BinaryError as e:
         raise DetectError(f"cannot read the interpreter binary: {e}") from e
     svma = _runtime_svma(obj)
-    if svma is None:
-        raise DetectError(f"{mapping.path} exports no _PyRuntime: not a CPython 3.8+ interpreter")
     named = version_from_name(mapping.path)
+    if svma is None:
+        if named is not None and named[0] < SUPPORTED[0]:  # before 3.7 there was no _PyRuntime to export
+            minor = named[0][1]
+            raise DetectError(f"CPython 3.{minor} is not supported (nprof reads 3.8 to 3.14)")
+        raise DetectError(f"{mapping.path} exports no _PyRuntime: not a CPython 3.8+ interpreter")
     flags = named[1] if named else ""
     version = _version_from_symbol(obj) or (named[0] if named else None)
     if version is None:

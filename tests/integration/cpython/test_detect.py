@@ -64,7 +64,10 @@ def test_a_libpython_mapped_to_be_read_is_not_the_interpreter(interp):
         assert session.threads.complete and len(session.threads.states) == 1
 
 
-@pytest.mark.parametrize(("minor", "reason"), [("2.7", "no _PyRuntime"), ("3.7", "not supported")])
+@pytest.mark.parametrize(
+    ("minor", "reason"),
+    [("2.7", "no _PyRuntime"), ("3.6", "CPython 3.6 is not supported"), ("3.7", "CPython 3.7 is not supported")],
+)
 def test_old_pythons_are_refused_with_a_reason(minor, reason):
     major = minor.split(".")[0]
     candidates = sorted(p for p in os.listdir(os.path.join(PYENV_ROOT, "versions")) if p.startswith(minor + "."))

@@ -38,6 +38,11 @@ def is_stream(path: str) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def output_label(path: str) -> str:
+    """How messages name an output: ``standard output`` for ``-``, else its absolute path."""
+    return "standard output" if path == STDOUT else os.path.abspath(path)
+
+
 def check_writable(path: str) -> None:
     """Fail early, before a recording starts, if ``path`` cannot be created or replaced.
 

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from profiler.atomic import STDOUT, check_writable, is_stream
+from profiler.atomic import check_writable, is_stream, output_label
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_summary, top_table
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
@@ -123,18 +123,6 @@ def _session_path(output: str, name: str, pid: int) -> str:
     return session_path_for(output)
 
 
-def _check_session_path(output: str, exporter: Exporter) -> None:
-    """An output file that is also where its session file would go (``-o out.nprof -f folded``) would be
-    overwritten by it."""
-    if exporter.format != "nprof" and session_path_for(output) == output:
-        raise UsageError(
-            f"The output {output} is where the session file of the recording goes (.nprof, written beside every "
-            "output).",
-            f"Give the {exporter.format} output a name of its own, such as {output[:-len('.nprof')]}"
-            f"{exporter.extensions[0]}.",
-        )
-
-
 class StopFlag:
     """SIGINT and SIGTERM end the recording at the next safe point instead of raising mid-capture, and what
     was sampled is still resolved and written. The signal often comes twice: a terminal's Ctrl-C reaches
@@ -198,8 +186,15 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         check_writable(args.output)
     elif args.format is not None:
         exporter = infer_format("", args.format)
-    if args.output is not None and not is_stream(args.output):
-        _check_session_path(args.output, exporter)
+    # -o out.nprof -f folded: the session file, written beside the output, would overwrite it
+    clash = args.output is not None and session_path_for(args.output) == args.output
+    if clash and exporter is not None and exporter.format != "nprof":
+        raise UsageError(
+            f"The output {args.output} is where the session file of the recording goes (.nprof, written beside "
+            "every output).",
+            f"Give the {exporter.format} output a name of its own, such as {args.output[:-len('.nprof')]}"
+            f"{exporter.extensions[0]}.",
+        )
 
     child = LaunchedCommand(command) if command else None  # forked, held before its exec
     pid = child.pid if child is not None else process_of_pid(args.pid)
@@ -319,12 +314,12 @@ def _write_outputs(
     lines = []
     failures = []
     targets = [(output, exporter)]
-    if exporter.format != "nprof" or session_path != output:
+    if session_path != output:
         targets.append((session_path, SessionExporter()))
     for path, exp in targets:
         try:
             write(session, path, exp, export)
-            lines.append(f"wrote {exp.format} to {'standard output' if path == STDOUT else os.path.abspath(path)}")
+            lines.append(f"wrote {exp.format} to {output_label(path)}")
         except OutputError as e:
             failures.append(e)
         except OSError as e:

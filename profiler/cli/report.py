@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from profiler.atomic import STDOUT, check_writable
+from profiler.atomic import STDOUT, check_writable, output_label
 from profiler.cli.status import top_table
 from profiler.config import ExportConfig
 from profiler.errors import SessionFormatError
@@ -45,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
         print(top_table(session, config))  # the table is the output
         return 0
     write(session, output, exporter, config)
-    where = "standard output" if output == STDOUT else os.path.abspath(output)
-    print(f"nprof: wrote {exporter.format} to {where}", file=sys.stderr)  # (standard output may be the profile)
+    print(f"nprof: wrote {exporter.format} to {output_label(output)}", file=sys.stderr)  # (stdout: the profile's)
     print(top_table(session, config), file=sys.stderr)
     return 0

@@ -30,26 +30,26 @@ def exporters() -> dict[str, Exporter]:
 
 
 def infer_format(path: str, requested: str | None) -> Exporter:
-    """The exporter for ``-f`` if given, else for the output file's extension."""
+    """The exporter for ``-f`` if given, else for the output file's extension, else for standard output or a
+    device (``atomic.is_stream``), which has none, the default format."""
     known = exporters()
     names = ", ".join(sorted(known))
-    if requested is None and is_stream(path) and not any(path.lower().endswith(x) for e in known.values()
-                                                         for x in e.extensions):  # fmt: skip
-        requested = "speedscope"  # standard output or a device without an extension: the default format
-    if requested is not None:
-        exporter = known.get(requested.lower())
-        if exporter is None:
-            raise UsageError(f"Unknown output format {requested!r}.", f"Choose one of: {names}.")
-        return exporter
-    name = os.path.basename(path).lower()
-    matches = [(len(ext), e) for e in known.values() for ext in e.extensions if name.endswith(ext)]
-    if not matches:
-        endings = ", ".join(ext for e in known.values() for ext in e.extensions)
-        raise UsageError(
-            f"Cannot tell the output format of {path!r} from its extension.",
-            f"Use one of the endings {endings}, or give -f/--format ({names}).",
-        )
-    return max(matches, key=lambda m: m[0])[1]
+    if requested is None:
+        name = os.path.basename(path).lower()
+        matches = [(len(ext), e) for e in known.values() for ext in e.extensions if name.endswith(ext)]
+        if matches:
+            return max(matches, key=lambda m: m[0])[1]
+        if not is_stream(path):
+            endings = ", ".join(ext for e in known.values() for ext in e.extensions)
+            raise UsageError(
+                f"Cannot tell the output format of {path!r} from its extension.",
+                f"Use one of the endings {endings}, or give -f/--format ({names}).",
+            )
+        requested = "speedscope"
+    exporter = known.get(requested.lower())
+    if exporter is None:
+        raise UsageError(f"Unknown output format {requested!r}.", f"Choose one of: {names}.")
+    return exporter
 
 
 def write(session: Session, path: str, exporter: Exporter, config: ExportConfig) -> None:

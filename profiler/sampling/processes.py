@@ -122,13 +122,8 @@ class SampledProcesses:
         process nprof was pointed at is told of, exited or not: a command shorter than the recording."""
         for target in self.targets.values():
             if target.detection_pending:
-                pid = target.process.pid
-                exited = pid in self.tracer.seized.exit_status  # (called after every detach)
-                if exited and pid != self.session.meta.pid:
-                    self.session.count("processes_exited_before_detection")
-                    self._no_runtime(target, tell=False)
-                else:
-                    self._no_runtime(target)
+                # (called after every detach: an exit status is all there is to tell an exited process by)
+                self._no_runtime(target, exited=target.process.pid in self.tracer.seized.exit_status)
 
     def _register_agent(self, agent: AgentSession, pid: int) -> int:
         """The index in ``session.agents`` of a newly found agent session: its own label, even where the same
@@ -166,17 +161,17 @@ class SampledProcesses:
             if not target.detect(self.agents, self._register_agent) and now >= target.detect_until:
                 self._no_runtime(target)
 
-    def _no_runtime(self, target: Target, tell: bool = True) -> None:
-        """Stop looking for a runtime in ``target`` and, with ``tell``, say why it is profiled natively; not
-        for a child whose maps are empty: it is exiting (a pool's forked worker ending, its runtime found
-        "not mapped"), and nothing is left to profile. The process nprof was pointed at is always told of,
-        exited or not (a command that ran for less than the recording)."""
+    def _no_runtime(self, target: Target, exited: bool = False) -> None:
+        """Stop looking for a runtime in ``target`` and say why it is profiled natively; not for a child that
+        ``exited`` or whose maps are empty (it is exiting: a pool's forked worker ending, its runtime found
+        "not mapped"), which is only counted: nothing is left to profile. The process nprof was pointed at
+        is always told of, exited or not (a command that ran for less than the recording)."""
         target.detect_until = 0.0
-        exiting = not target.process.maps.mappings
-        if tell and exiting and target.process.pid != self.session.meta.pid:
+        exiting = exited or not target.process.maps.mappings
+        if exiting and target.process.pid != self.session.meta.pid:
             self.session.count("processes_exited_before_detection")
             return
-        if tell and target.detect_reasons:
+        if target.detect_reasons:
             self.notice(target.no_runtime_notice(self.config.native))
 
     def _follow_children(self) -> None:

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from profiler.binary.objfile import ObjectFileCache
-from profiler.cli.record import process_of_pid
-from profiler.config import MAX_STACK_BYTES, SamplerConfig
-from profiler.errors import UsageError
+from profiler.cli.record import check_stack_bytes, process_of_pid
+from profiler.config import SamplerConfig
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
 from profiler.runtime import Agent
 from profiler.sampling.sampler import Sampler
@@ -50,7 +49,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"stack bytes copied per thread (default {DUMP_STACK_BYTES})")  # fmt: skip
 
 
-
 @dataclass
 class DumpFrame:
     info: FrameInfo
@@ -70,7 +68,8 @@ class DumpThread:
     #: why there are no frames: the thread did not stop in time (uninterruptible sleep, where a hung
     #: program often is), with the kernel function it waits in where /proc says
     unstopped: str | None = None
-    stop: StopReason = StopReason.END_OF_STACK  #: why the native walk ended
+    #: why the native walk ended before the outermost frame, and what to do about it; None if it did not
+    walk_stopped: str | None = None
 
 
 def snapshot(
@@ -126,7 +125,7 @@ def snapshot(
             frames.append(frame)
         threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
                                   gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames,
-                                  stop=StopReason(stop)))  # fmt: skip
+                                  walk_stopped=_walk_stopped(StopReason(stop), stack_bytes)))  # fmt: skip
     captured = {t.tid for t in threads}
     for record in records:  # threads that never reported their stop: still listed, with why
         if record.tid not in captured and not record.gone:
@@ -168,13 +167,16 @@ def render_text(session: Session, threads: list[DumpThread]) -> str:
             lines.append(f"    {f.info.name}{_where(f.info)}")
             for name, value in f.locals:
                 lines.append(f"        {name} = {value}")
-        if t.stop not in _WHOLE:
-            lines.append(f"    ... (the native walk stopped here: {_why(t.stop, session.meta.stack_bytes)})")
+        if t.walk_stopped:
+            lines.append(f"    ... (the native walk stopped here: {t.walk_stopped})")
     return "\n".join(lines)
 
 
-def _why(stop: StopReason, stack_bytes: int) -> str:
-    """A stop reason, with what to do about it where something can be done."""
+def _walk_stopped(stop: StopReason, stack_bytes: int) -> str | None:
+    """Why a walk ended early, with what to do about it where something can be done; None for a walk that
+    reached the outermost frame, or was not made."""
+    if stop in _WHOLE:
+        return None
     if stop is StopReason.WINDOW_EXHAUSTED:
         return f"{stop.label}; --stack-bytes {2 * stack_bytes} copies more"
     return stop.label
@@ -199,7 +201,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
                 "holds_gil": t.holds_gil,
                 "waiting_for_gil": t.waiting_for_gil,
                 **({"unstopped": t.unstopped} if t.unstopped else {}),
-                **({"walk_stopped": _why(t.stop, session.meta.stack_bytes)} if t.stop not in _WHOLE else {}),
+                **({"walk_stopped": t.walk_stopped} if t.walk_stopped else {}),
                 "frames": [
                     {
                         "kind": "python" if f.python else "native",
@@ -220,8 +222,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
 
 
 def run(args: argparse.Namespace, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]) -> int:
-    if not 0 < args.stack_bytes <= MAX_STACK_BYTES:
-        raise UsageError(f"--stack-bytes {args.stack_bytes} is out of range.", f"Give 1 to {MAX_STACK_BYTES}.")
+    check_stack_bytes(args.stack_bytes)
     session, threads = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory,
                                 args.stack_bytes)  # fmt: skip
     if args.json:

@@ -7,7 +7,6 @@ bug (and then with a request to report it).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 
 from profiler import __version__
 from profiler.cli import dump, record, report
-from profiler.errors import NprofError, UsageError
+from profiler.errors import NprofError
 from profiler.binary.objfile import ObjectFileCache
 from profiler.runtime import Agent
 
@@ -57,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_demo(args: argparse.Namespace) -> int:
     from profiler.demo import build_demo
 
-    if not 0 < args.duration < math.inf:
-        raise UsageError(f"--duration {args.duration:g} is not a positive number of seconds.", "Try -d 3.")
+    record.check_duration(args.duration, "Try -d 3.")  # (the demo program's own argument, not record's -d)
     binary = build_demo()
     argv = ["record", "-o", args.output, "--", binary, str(args.duration)]
     return main(argv)

@@ -73,16 +73,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: spawn and profile a command")
 
 
+def check_duration(seconds: float, hint: str) -> None:
+    """-d/--duration is a positive, finite number of seconds (``hint`` says what to give instead)."""
+    if not 0 < seconds < math.inf:  # also false for nan
+        raise UsageError(f"--duration {seconds:g} is not a positive number of seconds.", hint)
+
+
+def check_stack_bytes(size: int) -> None:
+    """--stack-bytes (record's and dump's) is 1 to MAX_STACK_BYTES."""
+    if not 0 < size <= MAX_STACK_BYTES:
+        raise UsageError(f"--stack-bytes {size} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes.")
+
+
 def sampler_config(args: argparse.Namespace) -> SamplerConfig:
     if not 1 <= args.rate <= 100_000:  # also false for nan
         raise UsageError(f"--rate {args.rate:g} is out of range.", "Give a rate in samples per second, 1 to 100000.")
-    if args.duration is not None and not 0 < args.duration < math.inf:
-        raise UsageError(f"--duration {args.duration:g} is not a positive number of seconds.",
-                         "Give the recording time in seconds, or leave -d out to record until Ctrl-C or exit.")
-    if not 0 < args.stack_bytes <= MAX_STACK_BYTES:
-        raise UsageError(
-            f"--stack-bytes {args.stack_bytes} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes."
-        )
+    if args.duration is not None:
+        check_duration(args.duration, "Give the recording time in seconds, or leave -d out to record until Ctrl-C "
+                                      "or exit.")  # fmt: skip
+    check_stack_bytes(args.stack_bytes)
     if not 1 <= args.max_frames <= MAX_FRAMES:
         raise UsageError(f"--max-frames {args.max_frames} is out of range.", f"Give 1 to {MAX_FRAMES} frames.")
     return SamplerConfig(

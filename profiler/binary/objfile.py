@@ -213,10 +213,9 @@ class ObjectFile:
         state = None
         symbols = self.symbols
         hit = symbols.lookup(svma) if symbols is not None else None
-        if hit is None:
-            state = self._plt_frame_state(svma)
-        else:
-            _name, start, end = hit
+        span = (hit[1], hit[2], 0) if hit is not None else self._plt_stub(svma)
+        if span is not None:
+            start, end, pushed = span
             layout = self._layouts.get(start, False)
             if layout is False:
                 layout = None
@@ -227,28 +226,26 @@ class ObjectFile:
                 self._layouts[start] = layout
             if layout is not None:
                 state = layout.state_at(svma)
+                if pushed:
+                    state = FrameState(state.ra_offset + pushed, state.rbp_offset)
         self._frame_states[svma] = state
         return state
 
-    def _plt_frame_state(self, svma: int) -> FrameState | None:
-        """The frame state in the PLT stub holding ``svma``, for a file that has no CFI for its PLT: LLD (the
-        linker rustc uses) writes none, nor does GNU ld with --no-ld-generated-unwind-info; a sample there
-        had a one-frame stack. Each stub is analysed as a function of its own (``plt.PLT_SECTIONS``), except
-        that the first ``.plt`` entry, the lazy resolver's, is entered with the relocation index the
-        calling stub pushed above the return address (System V x86-64 psABI, "Procedure Linkage Table")."""
+    def _plt_stub(self, svma: int) -> tuple[int, int, int] | None:
+        """(start, end, bytes pushed above the return address on entry) of the PLT stub holding ``svma``, which
+        no symbol covers, for a file that has no CFI for its PLT: LLD (the linker rustc uses) writes none, nor
+        does GNU ld with --no-ld-generated-unwind-info; a sample there had a one-frame stack. Each stub is
+        analysed as a function of its own (``plt.PLT_SECTIONS``); the first ``.plt`` entry, the lazy
+        resolver's, is entered with the relocation index the calling stub pushed (System V x86-64 psABI,
+        "Procedure Linkage Table")."""
         for name, default_size in PLT_SECTIONS.items():
             info = self.elf.sections.get(name)
             if info is None or not info.sh_addr <= svma < info.sh_addr + info.sh_size:
                 continue
             size = info.sh_entsize or default_size
             start = info.sh_addr + (svma - info.sh_addr) // size * size
-            code = self.elf.read_svma(start, size)
-            if not code:
-                return None
-            state = FunctionLayout(code, start).state_at(svma)
-            if name == ".plt" and start == info.sh_addr and code[:2] == PUSH_RIP:
-                state = FrameState(state.ra_offset + 8, state.rbp_offset)
-            return state
+            resolver = name == ".plt" and start == info.sh_addr and self.elf.read_svma(start, 2) == PUSH_RIP
+            return start, start + size, 8 if resolver else 0
         return None
 
 

@@ -91,6 +91,9 @@ class CodeInfo:
     table_bytes: bytes
     table_format: LineTableFormat
     table: LineTable | None = None
+    #: 3.11+ ``_co_firsttraceable``: a frame before this instruction is in its prologue (``frames.py``);
+    #: None before 3.11, or where the field held no plausible value
+    first_traceable: int | None = None
 
     def line(self, offset: int) -> int | None:
         if self.table is None:
@@ -141,8 +144,6 @@ class CodeCache:
         self._i_name = self._field["qualname"] if "qualname" in self._field else self._field["name"]
         self._by_addr: dict[int, CodeInfo] = {}
         self.by_key: dict[int, CodeInfo] = {}
-        #: key -> ``_co_firsttraceable`` (3.11+): where a frame's prologue ends (``frames.decode_frames``)
-        self.first_traceable: dict[int, int] = {}
         self._generation: dict[int, int] = {}
         self.version = 0  #: code objects registered so far (``code_check.HeaderCheck``)
         self.stats = CodeStats()
@@ -268,12 +269,11 @@ class CodeCache:
         name, filename, table = found
         firstlineno = ident[self._field["firstlineno"]]
         info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format)
-        self._by_addr[addr] = info
-        self.by_key[key] = info
         if "first_traceable" in self._field:
             first = ident[self._field["first_traceable"]]
-            if 0 <= first <= MAX_FIRST_TRACEABLE:
-                self.first_traceable[key] = first
+            info.first_traceable = first if 0 <= first <= MAX_FIRST_TRACEABLE else None
+        self._by_addr[addr] = info
+        self.by_key[key] = info
         self.version += 1
         self.stats.decoded += 1
         return key

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agents.cpython.capture import StackCapture
-from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY
+from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeInfo
 from agents.cpython.layout import FrameKind, FrameLayout
 from profiler.model import RuntimeFrame
 
@@ -52,13 +52,13 @@ def decode_frames(
     capture: StackCapture,
     frame: FrameLayout,
     code_adaptive: int,
-    first_traceable: Mapping[int, int],
+    codes: Mapping[int, CodeInfo],
     sources: list[int] | None = None,
 ) -> tuple[list[RuntimeFrame], bool]:
     """The capture's frames, and whether a bad code pointer cut them short. Uses the keys settled during
-    the stop (``capture.code_keys``, from ``CodeCache.decode_new``) and ``first_traceable`` (code key ->
-    ``_co_firsttraceable``, ``CodeCache.first_traceable``): nothing is read from the target. ``sources``,
-    if given, receives the index in ``capture.frames`` of each frame returned."""
+    the stop (``capture.code_keys``, from ``CodeCache.decode_new``) and the decoded code objects by key
+    (``CodeCache.by_key``, for their prologues): nothing is read from the target. ``sources``, if given,
+    receives the index in ``capture.frames`` of each frame returned."""
     out: list[RuntimeFrame] = []
     found: list[int] = []  #: the index in capture.frames of each frame in out
     incomplete: list[int] = []  #: the indexes in out of frames in their prologue
@@ -80,10 +80,13 @@ def decode_frames(
             cut = True
             break
         offset = -1 if key == UNKNOWN_KEY else instruction_offset(frame, code_adaptive, code, position)
-        first = first_traceable.get(key)  # (3.11+ only; and an instruction outside the code is not a prologue)
-        if first is not None and -1 <= (position - code - code_adaptive) // 2 < first:
-            if flags & 0xFF != FRAME_OWNED_BY_GENERATOR:
-                incomplete.append(len(out))
+        info = codes.get(key)
+        first = info.first_traceable if info is not None else None  # (3.11+ only)
+        # in its prologue: the instruction is before the first traceable one (and inside the code: an index
+        # outside it, which instruction_offset clamps to -1, is not a prologue)
+        if (first is not None and -1 <= (position - code - code_adaptive) // 2 < first
+                and flags & 0xFF != FRAME_OWNED_BY_GENERATOR):  # fmt: skip
+            incomplete.append(len(out))
         out.append(RuntimeFrame(key, offset, every_frame_entry or bool(flags & 0x100)))
         found.append(i)
     if incomplete:  # left out, but an activation's entry (known only once its shim was met)

@@ -397,7 +397,7 @@ class CPythonSession:
             else:
                 self.stats.unreadable += 1
             return []
-        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.first_traceable)
+        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.by_key)
         if cut and not status.truncated:
             self.stats.truncated += 1
         elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
@@ -427,7 +427,7 @@ class CPythonSession:
         if self._locals is None:
             self._locals = LocalsReader(self.process.read, self.layout, self.interpreter.types)
         sources: list[int] = []
-        frames, _cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.first_traceable,
+        frames, _cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.by_key,
                                      sources)  # fmt: skip
         return self._locals.capture_locals(capture, [i for f, i in zip(frames, sources) if not f.shim])
 

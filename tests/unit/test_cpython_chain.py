@@ -203,7 +203,7 @@ def decode(target: FakeTarget, stack, codes: CodeCache | None = None):
     if not stack.code_keys:
         codes.decode_new(stack)
     adaptive = target.layout.code.code_adaptive or 0
-    return decode_frames(stack, target.layout.frame, adaptive, codes.first_traceable), codes
+    return decode_frames(stack, target.layout.frame, adaptive, codes.by_key), codes
 
 
 def names_of(codes: CodeCache, frames) -> list[str]:
@@ -748,7 +748,7 @@ def test_strings_reused_after_the_stop_do_not_rename_a_function(target):
         text = struct.unpack_from("<Q", target.heap, code_b + field - HEAP)[0] + o.unicode_ascii_size
         target.heap[text - HEAP] = ord("z")  # "b" -> "z", "Q.b" -> "z.b", "b.py" -> "z.py"
     adaptive = target.layout.code.code_adaptive or 0
-    frames, _cut = decode_frames(stack, target.layout.frame, adaptive, codes.first_traceable)  # after resume
+    frames, _cut = decode_frames(stack, target.layout.frame, adaptive, codes.by_key)  # after resume
     info_b = codes.get(frames[1].code)
     assert info_b.name.endswith("b") and info_b.filename == "b.py"
 

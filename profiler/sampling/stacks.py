@@ -15,6 +15,7 @@ from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
 from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
+from profiler.unwind.sigframe import interrupted_registers
 from profiler.unwind.stack import StackWindow
 
 FrameKeys = tuple[tuple[int, int, int, int], ...]
@@ -52,7 +53,13 @@ class StackRecorder:
                 session.count("stack_read_errors")
             home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
             window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
-            unwound = target.unwinder.unwind(dwarf_registers(capture), window)
+            regs = dwarf_registers(capture)
+            if capture.after_signal:  # maybe stopped at its handler's entry: sampled where the signal came
+                interrupted = interrupted_registers(regs, window, capture.after_signal)
+                if interrupted is not None:
+                    regs = interrupted
+                    session.count("samples_at_handler_entry")
+            unwound = target.unwinder.unwind(regs, window)
             native, stop = unwound.frames, unwound.stop
             if unwound.other_sp:
                 self._learn_home_stack(target, capture.thread, unwound.other_sp)

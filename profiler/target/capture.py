@@ -34,6 +34,9 @@ class ThreadRecord:
     home_lo: int = 0
     home_hi: int = 0
     gone: bool = False
+    #: the signal nprof last resumed this thread with, since its last copy (0: none): its next stop may be
+    #: at that signal's handler's first instruction (``unwind/sigframe.py``)
+    signal_passed: int = 0
     #: the sampler's per-thread state, kept here to spare a lookup per tick (Any: the tracer does not know
     #: its type, and the sampler reads it as ``record.user or ...`` on every tick without a cast call)
     user: Any = None
@@ -76,6 +79,8 @@ class Capture:
     agent_data: object = None
     home_base: int = 0  #: where the copy of the top of the thread's own stack starts (``home_len`` bytes)
     home_len: int = 0  #: 0 unless the thread was stopped on another stack
+    #: the signal the thread was resumed with since its previous copy (``ThreadRecord.signal_passed``)
+    after_signal: int = 0
 
     @property
     def stack(self) -> memoryview:

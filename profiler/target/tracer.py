@@ -278,6 +278,8 @@ class Tracer:
         else:
             n = self._stack_readers[record.pid].read_into(slot.address, base, size, record.tid) if size else 0
         capture = Capture(record, slot, base, n, stack_bytes > 0 and n - (rsp - base) == stack_bytes, data)
+        if record.signal_passed:
+            capture.after_signal, record.signal_passed = record.signal_passed, 0
         if stack_bytes and record.home_hi and not record.home_lo <= rsp < record.home_hi:
             self._copy_home(capture, stack_bytes)
         return capture
@@ -300,6 +302,16 @@ class Tracer:
             pt.listen(tid)
         else:
             raw_ptrace(PTRACE_CONT, tid, 0, action)
+            if action:
+                self._passed_signal(tid, action)
+
+    def _passed_signal(self, tid: int, sig: int) -> None:
+        """Note that ``tid`` was resumed with ``sig``: its handler's frame is built on the way back to user
+        mode, and a stop before it runs (an interrupt sent meanwhile) is sampled where the signal arrived
+        (``unwind/sigframe.py``)."""
+        record = self.seized.records.get(tid)
+        if record is not None:
+            record.signal_passed = sig
 
     # --- everything that is not a due stop -----------------------------------------------------------------
 
@@ -335,6 +347,8 @@ class Tracer:
         elif event == 0:  # a signal-delivery-stop
             self.stats.signals_forwarded += 1
         pt.pass_on(tid, sig, event)
+        if event == 0 and record is not None:
+            record.signal_passed = sig
         if event == 0 and record is not None and record.interrupt_pending:
             pt.interrupt(tid)  # the signal's stop answered it: ask again for the stop still awaited
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
+from profiler.model import DW_RA, DW_RSP
+from profiler.sampling.stacks import dwarf_registers
 from profiler.target.process import TargetProcess
+from profiler.target.ptrace import PTRACE_INTERRUPT, raw_ptrace
 from profiler.target.tracer import Tracer
+from profiler.unwind.sigframe import at_handler_entry, interrupted_registers
+from profiler.unwind.stack import StackWindow
 from tests.support.targets import assert_running_free, running_target, thread_states, wait_until
 
 
@@ -66,4 +74,57 @@ def test_detach_reaps_threads_that_exited_unreaped(churn_fp):
         finally:
             tracer.detach_all()
         assert not exited & set(thread_states(target.pid)), "the detach reaped them"
+        assert_running_free(target.pid)
+
+
+def _symbol_span(path: str, name: str) -> tuple[int, int]:
+    """[start, end) of a function symbol of ``path``, as linked (add the load bias)."""
+    with open(path, "rb") as f:
+        symbol = ELFFile(f).get_section_by_name(".symtab").get_symbol_by_name(name)[0]
+        return symbol["st_value"], symbol["st_value"] + symbol["st_size"]
+
+
+def _load_bias(pid: int, path: str) -> int:
+    """Where ``path`` (a PIE, linked at 0) is mapped in ``pid``: its mapping of file offset 0."""
+    real = os.path.realpath(path)
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == real and int(fields[2], 16) == 0:
+                return int(fields[0].split("-")[0], 16)
+    raise AssertionError(f"{path} is not mapped in {pid}")
+
+
+def test_a_stop_before_a_passed_signal_s_handler_runs_is_sampled_where_the_signal_came(signals_fp):
+    """A thread resumed with a signal builds its handler's frame in the kernel, and an interrupt that comes
+    first stops it at the handler's first instruction, the handler not run: made certain here by sending the
+    interrupt while the thread still sits in its signal-delivery-stop. The capture says a signal was passed,
+    its registers are the handler's entry ones (checked against the real kernel's frame), and the frame
+    holds the context the signal interrupted: the spinning loop, not the handler."""
+    with running_target([signals_fp]) as target:
+        tracer = Tracer()
+        try:
+            tracer.add_process(TargetProcess(target.pid))
+            [record] = tracer.seized.sync(target.pid)
+            # the SIGALRM of its 1 ms timer stops it in a signal-delivery-stop; look without taking the status
+            info = os.waitid(os.P_PID, target.pid, os.WSTOPPED | os.WNOWAIT)
+            assert info.si_code == os.CLD_TRAPPED and info.si_status == signal.SIGALRM, info
+            assert raw_ptrace(PTRACE_INTERRUPT, target.pid, 0, 0) == 0
+            tracer.answer_events()  # passes SIGALRM on, as between ticks
+            [capture] = tracer.capture([record])
+            regs = dwarf_registers(capture)
+            bias = _load_bias(target.pid, signals_fp)
+            handler, _end = _symbol_span(signals_fp, "on_alarm")
+            assert capture.after_signal == signal.SIGALRM
+            assert regs[DW_RA] == bias + handler and at_handler_entry(regs, signal.SIGALRM)
+            window = StackWindow(capture.stack, capture.stack_base, capture.window_full)
+            interrupted = interrupted_registers(regs, window, signal.SIGALRM)
+            assert interrupted is not None
+            in_spin, in_main = _symbol_span(signals_fp, "spin"), _symbol_span(signals_fp, "main")
+            assert any(lo <= interrupted[DW_RA] - bias < hi for lo, hi in (in_spin, in_main)), hex(interrupted[DW_RA])
+            assert interrupted[DW_RSP] > regs[DW_RSP]  # the frame was pushed below the interrupted stack
+            [later] = tracer.capture([record])
+            assert later.after_signal == 0, "a later stop is not after the signal any more"
+        finally:
+            tracer.detach_all()
         assert_running_free(target.pid)

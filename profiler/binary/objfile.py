@@ -160,6 +160,16 @@ class ObjectFile:
                 rule = debug.rule_for(svma)
         return rule
 
+    def function_start(self, svma: int) -> int | None:
+        """Where the function holding ``svma`` starts, from the CFI, for code no symbol covers (a stripped
+        file): compilers emit one FDE per function, and one per part split off (gcc's ``foo.cold``, which
+        has a symbol of its own where symbols are kept). None where no FDE covers ``svma``."""
+        for table in (self.unwind_table, self.debug_unwind_table):
+            start = table.fde_start(svma) if table is not None else None
+            if start is not None:
+                return start
+        return None
+
     def unwind_problems(self) -> tuple[int, list[str]]:
         """Corrupt or unusable CFI met in this file so far: (count, the first messages). Frames in the
         affected ranges were unwound with frame pointers instead."""

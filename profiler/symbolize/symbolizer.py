@@ -5,7 +5,8 @@ Native frames are resolved per module: one batched ``searchsorted`` over its sym
 frame; where the module (or its separate debug file) has DWARF, ``DwarfResolver`` adds the source line
 and expands inlined calls into frames of their own. A pc in a PLT stub is ``name@plt`` (``binary/plt.py``).
 Frames whose module has no symbol covering the address show as ``module+0xoffset``, so they can still be
-looked up by hand (``addr2line -e module 0x…``).
+looked up by hand (``addr2line -e module 0x…``): the offset of the start of the function, as the FDE
+covering the address delimits it, else of the address.
 Runtime frames are described by their agent.
 """
 
@@ -95,7 +96,9 @@ def symbolize(
 
 def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> list[str]:
     """Symbol-table names (a function's, else an assembly label's, else ``name@plt`` in a PLT stub), or
-    ``module+0xoffset`` where none covers the address."""
+    ``module+0xoffset`` where none covers the address: the offset of the function's start where the CFI
+    delimits it, so that a stripped function is one frame, not one per address sampled in it (its top-table
+    line was split into as many lines), else of the address itself."""
     symbols = obj.symbols if obj is not None else None
     hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
     if symbols is not None and None in hits:
@@ -121,7 +124,8 @@ def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]
         elif module is None:
             out.append(f"0x{rel:x}")
         else:
-            out.append(f"{label}+0x{rel:x}")
+            start = obj.function_start(rel) if obj is not None else None
+            out.append(f"{label}+0x{rel if start is None else start:x}")
     return out
 
 

@@ -7,8 +7,10 @@ import os
 import shutil
 import signal
 import subprocess
+from collections import Counter
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from profiler.model import StopReason
 from profiler.sampling.session import Session
@@ -51,6 +53,30 @@ def test_known_chain_is_exact(chain_fp, tmp_path):
     deep = sum(w for s, w in leaf.items() if ends_with(s, recursion))
     assert deep > 0, "no sample shows the complete recursion"
     assert "Top functions" in run["stderr"] and "spin" in run["stderr"]
+
+
+def test_a_stripped_program_s_functions_are_one_frame_each(chain_fp, tmp_path):
+    """With no symbols left, a function is named by its start, as its FDE delimits it: one frame per
+    function, as a symbol would give (each address sampled was a frame and a top-table line of its own).
+    Ground truth: the symbols of the same program before it was stripped."""
+    stripped = str(tmp_path / "chain-stripped")
+    subprocess.run(["strip", "-o", stripped, chain_fp], check=True)
+    with open(chain_fp, "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        starts = {s["st_value"]: s.name for s in symtab.iter_symbols() if s["st_info"]["type"] == "STT_FUNC"}
+    out = str(tmp_path / "stripped.speedscope.json")
+    with running_target([stripped, str(DEPTH)]) as target:
+        record(target.pid, out)
+    [profile] = read_speedscope(out)
+    prefix = "chain-stripped+0x"
+    unnamed = {name for stack in profile.stacks for name in stack if name.startswith(prefix)}
+    assert unnamed and all(int(name[len(prefix):], 16) in starts for name in unnamed), sorted(unnamed)
+    named = Counter()
+    for stack, weight in profile.stacks.items():
+        named[tuple(starts[int(n[len(prefix):], 16)] if n.startswith(prefix) else n for n in stack)] += weight
+    hit, total = share(named, lambda s: ends_with(s, ("main", "a", "b", "c", "spin"))
+                       or ends_with(s, ("main", *(["recurse"] * DEPTH), "spin")))  # fmt: skip
+    assert hit / total >= 0.95, f"only {hit / total:.1%} of the samples show a whole chain"
 
 
 def test_samples_in_an_epilogue_unwind_through_the_red_zone(epilogue_fp, tmp_path):

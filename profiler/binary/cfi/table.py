@@ -107,6 +107,14 @@ class UnwindTable:
         self._memo[svma] = rule
         return rule
 
+    def fde_start(self, svma: int) -> int | None:
+        """Where the FDE covering ``svma`` starts, or None if none does (or it is corrupt)."""
+        for s, source in enumerate(self.sources):
+            i = source.fde_index.find(svma)
+            if i >= 0 and svma < self._fde_rows(s, i)[2]:  # a corrupt FDE ends at 0 (``_BAD``)
+                return int(source.fde_index.starts[i])
+        return None
+
     def row_for(self, svma: int) -> tuple[Row, bool] | None:
         """The decoded row at ``svma`` and its signal-frame flag (no memo: for tests and tools)."""
         j = self._row_index(svma)

@@ -343,13 +343,26 @@ def _write_outputs(
 
 
 def _wait_child(child: LaunchedCommand, pid: int, session: Session) -> int:
-    """The spawned command is never killed: if it still runs when recording ends, wait for it."""
-    if pid in session.meta.exit_status:
-        return 0
-    if child.running():
+    """The spawned command is never killed: if it still runs when recording ends, wait for it. nprof then
+    exits with its status, as strace and time(1) do, so that ``nprof record -- CMD`` can stand in for
+    ``CMD`` in a script, a CI job or a container's entry point (py-spy always exits 0: its issues #356 and
+    #717 ask for this). Ctrl-C while waiting leaves the command running and exits 130."""
+    status = session.meta.exit_status.get(pid)
+    if status is None and child.running():
         print(f"nprof: waiting for {session.meta.command[0]} (pid {pid}) to exit", file=sys.stderr)
         try:
             child.wait()
         except KeyboardInterrupt:
             print(f"nprof: not waiting any longer; pid {pid} runs on", file=sys.stderr)
-    return 0
+            return 128 + signal.SIGINT
+    if status is None:
+        status = child.returncode
+    return command_exit_code(status)
+
+
+def command_exit_code(status: int | None) -> int:
+    """The exit code that reports a command's end as a shell does: its own exit code, or 128 + the number
+    of the signal that killed it (``status`` is an exit code, or minus a signal, or None if unknown: 0)."""
+    if status is None:
+        return 0
+    return 128 - status if status < 0 else status

@@ -111,3 +111,38 @@ def test_a_set_user_id_program_without_the_capability_to_trace_it(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert "set-user-ID program" in result.stderr and "CAP_SYS_PTRACE" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "script, code",
+    [("exit 7", 7), ("kill -TERM $$", 128 + signal.SIGTERM)],
+    ids=["exit-status", "killed"],
+)
+def test_nprof_exits_with_the_command_s_status(script, code, tmp_path):
+    """``nprof record -- CMD`` ends as CMD ended, as strace and time(1) do (py-spy exits 0 whatever the
+    command did), so it can stand in for CMD in a CI job: its exit code, or 128 + a killing signal."""
+    out = str(tmp_path / "x.folded")
+    result = run_nprof("record", "-o", out, "--", "sh", "-c", script)
+    assert result.returncode == code, result.stderr
+    assert os.path.exists(out), "the profile is written all the same"
+
+
+def test_a_command_that_outlives_the_recording_is_waited_for_and_its_status_given(tmp_path):
+    """Recording for less time than the command runs: nprof waits for it (never kills it), then exits with
+    its status. The command reads nprof's standard input, and ends when the test closes it."""
+    out = str(tmp_path / "x.folded")
+    nprof = subprocess.Popen(nprof_command("record", "-d", "0.2", "-o", out, "--", "sh", "-c", "read x; exit 5"),
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        lines = []
+        for line in nprof.stderr:
+            lines.append(line)
+            if "waiting for sh" in line:
+                break
+        assert any("waiting for sh" in line for line in lines), "".join(lines)
+        nprof.stdin.close()
+        assert nprof.wait(timeout=60) == 5, "".join(lines) + nprof.stderr.read()
+    finally:
+        if nprof.poll() is None:
+            nprof.kill()
+            nprof.wait()

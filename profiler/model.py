@@ -74,7 +74,10 @@ class SampleClass(enum.IntEnum):
     RUNNING = 0  #: on CPU or runnable
     IDLE = 1  #: had not run since its previous sample; that sample's stack was reused without stopping it
     BLOCKED = 2  #: sleeping in the kernel (blocking syscall) at the time of the sample
-    GIL_WAIT = 3  #: runnable but waiting for a managed runtime's global lock
+    #: waiting for a managed runtime's global lock (inside ``take_gil``): not running, so an idle class, as
+    #: py-spy counts it too. Were it shown by default, it would be shown only when the thread was caught
+    #: awake in its wait: a waiter asleep since it last ran is counted BLOCKED without a stop (``idle.py``)
+    GIL_WAIT = 3
     GIL_HELD = 4  #: running and holding a managed runtime's global lock (what ``--gil`` keeps)
 
     @property
@@ -84,7 +87,7 @@ class SampleClass(enum.IntEnum):
 
 #: the classes of a sample whose thread was not running (``is_idle``; the sampler tests membership directly,
 #: per thread and tick, to spare the property's call)
-IDLE_CLASSES = (SampleClass.IDLE, SampleClass.BLOCKED)
+IDLE_CLASSES = (SampleClass.IDLE, SampleClass.BLOCKED, SampleClass.GIL_WAIT)
 
 
 class FrameKind(enum.IntEnum):

@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--native", action=argparse.BooleanOptionalAction, default=True,
         help="copy and unwind native stacks (default on); --no-native samples managed frames only",
     )  # fmt: skip
-    p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
+    p.add_argument("--idle", action="store_true",
+                   help="include samples of idle and blocked threads, and of threads waiting for the GIL")
     p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
     p.add_argument(
         "--hide-interpreter", action="store_true",

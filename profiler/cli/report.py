@@ -18,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", help="output file; the format follows the extension; - for standard output")
     p.add_argument("-f", "--format", help="output format: speedscope, folded or nprof (without -o: to standard "
                    "output; with neither, only the table of top functions is shown)")
-    p.add_argument("--idle", action="store_true", help="include samples of idle and blocked threads")
+    p.add_argument("--idle", action="store_true",
+                   help="include samples of idle and blocked threads, and of threads waiting for the GIL")
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
     p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
     p.add_argument("--hide-interpreter", action="store_true", help="hide the interpreter's own frames")

@@ -72,7 +72,7 @@ class StackRecorder:
         sid, in_gil_wait, outcome = hit
         if outcome is not None:
             session.count(outcome)
-        if runtime:
+        if runtime and cls is not SampleClass.IDLE:  # (a job-control stop: neither waiting nor holding)
             if in_gil_wait:
                 cls = SampleClass.GIL_WAIT
             elif target.holds_gil is not None and target.holds_gil(capture.agent_data):

@@ -18,7 +18,7 @@ from agents.cpython.capture import MAX_FRAMES
 from profiler.model import FrameKind, SampleClass
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
-from tests.support.targets import run_nprof, running_target
+from tests.support.targets import process_state, run_nprof, running_target, wait_until
 from tests.targets.python.interpreters import TARGETS, debug_interpreter_params, interpreter_params
 
 INTERPRETERS = interpreter_params()
@@ -393,6 +393,8 @@ def test_threads(interp, tmp_path):
         [p] = [prof for n, prof in with_idle.items() if name in n]
         want = "sleeper" if name.startswith("sleep") else "blocked"
         assert all(want in s for s in p.stacks), f"{name}: {list(p.stacks)[:2]}"
+    # waiting for the GIL is not running: shown with --idle only
+    assert not [s for p in profiles.values() for s in p.stacks if "take_gil" in s], "GIL waits hidden"
     # no sample of a thread waiting for the GIL loses its Python frames
     session = Session.load(str(tmp_path / "idle.nprof"))
     kinds = session.frames.kinds()
@@ -400,6 +402,21 @@ def test_threads(interp, tmp_path):
     assert waits, "with four CPU-bound threads, some samples catch a thread waiting for the GIL"
     for sid, _n in waits:
         assert any(kinds[f] == FrameKind.RUNTIME for f in session.stacks.frames(sid))
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_a_python_stopped_by_job_control_is_idle(interp, tmp_path):
+    """A Python stopped with SIGSTOP before the attach is stopped once per thread for its stack: those
+    samples are idle, though the main thread holds the GIL (they were counted as holding it, so shown)."""
+    out = str(tmp_path / "stopped.speedscope.json")
+    with running_target([interp.path, script("chain.py")], ready_at=2) as target:
+        os.kill(target.pid, signal.SIGSTOP)
+        assert wait_until(lambda: process_state(target.pid)[0] == "T")
+        record(target.pid, out, "--idle", duration="1")
+        assert process_state(target.pid)[0] == "T", "the job-control stop was kept"
+    session = Session.load(str(tmp_path / "stopped.nprof"))
+    classes = {SampleClass(cls) for (_t, _sid, _stop, cls), _n in session.samples.items()}
+    assert classes == {SampleClass.IDLE}, classes
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)

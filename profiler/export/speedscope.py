@@ -4,6 +4,12 @@ One *sampled* profile per thread, all sharing one frame table. Samples are aggre
 appears once with its sample count as weight, so the file's size is bounded by the number of distinct
 stacks (py-spy writes one entry per sample). Weights are in seconds: each sample stands for the time between
 two ticks of the recording.
+
+A session keeps counts, not the order samples came in, so there is no timeline to give speedscope's "Time
+Order" view, which draws the samples in file order and merges neighbours' common frames. The stacks are
+written in alphabetical order of their frames, root first, as flamegraph.pl sorts them: that view then
+draws a flame graph, each call path once. (Written heaviest first, it drew a made-up timeline in which
+a function called on several paths appeared as scattered blocks.)
 """
 
 from __future__ import annotations
@@ -60,15 +66,17 @@ class SpeedscopeExporter:
         profiles = []
         processes = process_labels(session)
         for thread, per in stack_counts(session, config).items():
-            samples: list[list[int]] = []
-            weights: list[float] = []
-            for sid, n in sorted(per.items(), key=lambda item: -item[1]):
+            rows: list[tuple[tuple[tuple[str, str], ...], list[int], float]] = []
+            for sid, n in per.items():
                 frames = stack_display(session, sid, keep)
                 if frames:
-                    samples.append([index(f) for f in frames])
-                    weights.append(n * seconds_per_sample)
-            if not samples:
+                    order = tuple((f.name, f.file or f.module or "") for f in frames)
+                    rows.append((order, [index(f) for f in frames], n * seconds_per_sample))
+            if not rows:
                 continue
+            rows.sort(key=lambda row: row[0])
+            samples = [row[1] for row in rows]
+            weights = [row[2] for row in rows]
             t = session.threads[thread]
             name = f"{t.name} (tid {t.tid})"
             if t.pid in processes:

@@ -152,6 +152,27 @@ def test_speedscope_profiles_and_shared_frames():
     assert [p["weights"] for p in with_idle["profiles"] if p["name"].startswith("worker")] == [[pytest.approx(0.4)]]
 
 
+def test_speedscope_stacks_are_in_flame_graph_order():
+    """Counts keep no timeline: stacks are written in alphabetical order of their frames, root first, so
+    that speedscope's Time Order view draws a flame graph, where a common prefix is one block."""
+    session = Session(SessionMeta(pid=7, command=["prog"], duration=1.0))
+    session.counters["ticks"] = 100
+    thread = session.thread_index(7, 7, 1, "main")
+    k = lambda addr: (FrameKind.NATIVE, 0, addr, 0)  # noqa: E731
+    names = {1: "main", 2: "parse", 3: "render", 4: "lex", 5: "draw"}
+    # heaviest first, parse and its callees are not neighbours: Time Order showed parse as two blocks
+    for stack, n in (((4, 2, 1), 50), ((5, 3, 1), 30), ((2, 1), 10), ((3, 1), 5)):
+        sid = session.intern_stack(tuple(k(a) for a in stack))
+        session.add_sample(thread, sid, StopReason.END_OF_STACK, SampleClass.RUNNING, n)
+    session.frame_info = [FrameInfo(names[session.frames.key(f)[2]], module="prog") for f in range(len(session.frames))]
+    doc = json.loads(SpeedscopeExporter().render(session, ExportConfig()))
+    shared = [f["name"] for f in doc["shared"]["frames"]]
+    [profile] = doc["profiles"]
+    stacks = [[shared[i] for i in s] for s in profile["samples"]]
+    assert stacks == [["main", "parse"], ["main", "parse", "lex"], ["main", "render"], ["main", "render", "draw"]]
+    assert profile["weights"] == [pytest.approx(w) for w in (0.1, 0.5, 0.05, 0.3)]
+
+
 def test_folded_merges_threads_unless_asked():
     text = FoldedExporter().render(session_with_two_threads(), ExportConfig()).decode()
     assert text == "root [prog];mid [prog];leaf [prog] 90\n"

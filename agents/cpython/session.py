@@ -38,7 +38,7 @@ from agents.cpython.locals import LocalsReader
 from agents.cpython.scatter import ScatterReader
 from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadNames
-from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, walk_thread_states
+from agents.cpython.threads import ThreadMap, ThreadStateInfo, WalkSchedule, innermost_frame, walk_thread_states
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
 from profiler.target.procfs import read_status
@@ -403,6 +403,13 @@ class CPythonSession:
         elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
             frames.append(RuntimeFrame(CUT_KEY, -1, False))  # the outermost: what was not read is outward
         if capture.tstate in self.threads.shared:  # a thread with states in several interpreters
+            newer = self.threads.newer.get(capture.tstate)
+            if newer and innermost_frame(self.process.read, newer, self.layout):
+                # it has entered a newer interpreter's code (run_string) since the walk: its chain here is
+                # frozen at the call, and stays so for as long as that code runs. Walk before the next tick:
+                # left to the periodic walk, the sub-interpreter's code was charged to its caller for up to a
+                # second (90-97% of its samples, calls of 0.1 s on 3.12 and 3.13)
+                self.walks.soon = True
             if not frames:
                 self.walks.recheck()  # it may run another interpreter's code now
             elif capture.tstate in self.threads.nested:

@@ -26,7 +26,7 @@ chain read with its own eval loop, not the outermost.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.cpython.layout import Layout, fields_struct
 from agents.cpython.memory import Read, plausible, read_exact, read_pointer
@@ -66,6 +66,10 @@ class ThreadMap:
     shared: frozenset[int] = frozenset()
     #: thread states in ``by_key`` whose OS thread's state in an older interpreter holds frames as well
     nested: frozenset[int] = frozenset()
+    #: thread state in ``by_key`` -> its OS thread's state in the newest interpreter, where that one's chain
+    #: was empty: the thread runs the chain read until it enters that interpreter's code, and then the chain
+    #: read stays as it was at the call, frozen (``CPythonSession.frames`` looks for that)
+    newer: dict[int, int] = field(default_factory=dict)
 
 
 def _tstate_struct(layout: Layout) -> tuple[struct.Struct, list[str], int]:
@@ -133,6 +137,7 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
     by_key: dict[int, ThreadStateInfo] = {}
     shared: set[int] = set()
     nested: set[int] = set()
+    newer: dict[int, int] = {}
     for key, infos in candidates.items():
         by_key[key] = infos[0]
         if len(infos) == 1:
@@ -142,7 +147,9 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
         shared.add(chosen.addr)
         if any(info.interp != chosen.interp for info in running[1:]):  # (not a stale state of the same one)
             nested.add(chosen.addr)
-    return ThreadMap(by_key, states, interpreters, complete, frozenset(shared), frozenset(nested))
+        if chosen is not infos[0] and infos[0].interp != chosen.interp:
+            newer[chosen.addr] = infos[0].addr
+    return ThreadMap(by_key, states, interpreters, complete, frozenset(shared), frozenset(nested), newer)
 
 
 def innermost_frame(read: Read, tstate: int, layout: Layout) -> int:

@@ -214,6 +214,22 @@ def test_subinterpreters_do_not_hide_or_misplace_python_frames(interp, tmp_path)
     assert total > 0 and nested / total >= 0.9, f"{nested}/{total} of the worker's samples nested in order"
 
 
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id == "3.12"])
+def test_a_call_into_a_subinterpreter_is_seen_at_once(interp, tmp_path):
+    """A thread that calls into a subinterpreter (``run_string``) half of the time: the samples in the call
+    are the subinterpreter's code's. Its state there was empty at the last walk of the thread lists, so the
+    outer chain was read, frozen at the call, and the subinterpreter's code charged to its caller until the
+    next periodic walk, up to a second later (2-5% of the samples in it, instead of half)."""
+    path = script("subinterp_calls.py")
+    out = str(tmp_path / "calls.speedscope.json")
+    with running_target([interp.path, path], ready_at=2) as target:
+        record(target.pid, out, "--no-native", duration="2")
+    [profile] = read_speedscope(out)
+    in_sub, total = share(profile.stacks, lambda s: "sub_hot" in s)
+    in_main, _ = share(profile.stacks, lambda s: "main_hot" in s)
+    assert in_sub / total >= 0.3 and in_main / total >= 0.3, f"sub_hot {in_sub}, main_hot {in_main} of {total}"
+
+
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
 def test_alternating_call_paths_share_one_plan(interp, tmp_path):
     """A loop alternating between a shallow and a deep call path: one read plan serves both, so nearly every

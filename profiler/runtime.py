@@ -57,7 +57,9 @@ RECAPTURE = object()
 #:   copies the stack window with ``co_read.read_with_stack(tid, dest, addr, size) -> int`` (the window's
 #:   bytes read, or -errno), which copies the agent's ranges in the same ``process_vm_readv``, right after
 #:   the hook returned (``size`` is 0 without a native stack).
-#: * ``refresh()``: between ticks, never while a thread is stopped (re-read thread lists...).
+#: * ``refresh(force=False)``: between ticks, never while a thread is stopped (re-read thread lists...), when
+#:   the agent sees fit, or at once with ``force``: ``nprof dump`` does that with every thread held, then
+#:   captures each, so that the snapshot holds every thread the runtime knows.
 #: * ``holds_gil(capture) -> bool | None``: the thread held the runtime's global lock at the stop.
 #: * ``is_gil_wait(frame) -> bool``: a native frame of the runtime's lock wait (CPython's ``take_gil``).
 #: * ``is_interpreter_frame(frame) -> bool``: the interpreter's own glue between its eval loop and a C call,

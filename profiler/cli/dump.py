@@ -91,7 +91,15 @@ def snapshot(
     try:
         records = sampler.tracer.seized.sync(pid)
         states = {r.tid: r.proc.state() or "?" for r in records}
-        with sampler.tracer.hold(records, copy_stack=native, agent_capture=sampler.agent_capture) as captures:
+        with sampler.tracer.hold(records, copy_stack=native) as captures:
+            # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
+            # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
+            # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
+            rescan = getattr(agent, "refresh", None)
+            if rescan is not None:
+                rescan(force=True)
+            for c in captures:
+                c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
             if locals_of is not None:
                 for c in captures:
                     if c.agent_data is not None:

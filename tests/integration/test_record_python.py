@@ -475,6 +475,27 @@ def test_dump_blocked_target(interp):
     assert text.returncode == 0 and f"Thread {target.pid}" in text.stdout and "inner (" in text.stdout
 
 
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
+def test_dump_maps_threads_started_while_it_attached(interp):
+    """Threads living ~3 ms each: every one dump finds running Python code has its Python frames. The
+    thread lists are walked once every thread is held; walked before the attach (when the agent was made),
+    the threads started since showed none (a threaded server: 3-12 of 11-20 threads)."""
+    path = script("brief_threads.py")
+    with running_target([interp.path, path], ready_at=2) as target:
+        dumps = [run_nprof("dump", "--pid", str(target.pid), "--json") for _ in range(2)]
+    brief = 0
+    for result in dumps:
+        assert result.returncode == 0, result.stderr
+        for thread in json.loads(result.stdout)["threads"]:
+            if thread["tid"] == target.pid:
+                continue
+            frames = thread["frames"]
+            if "_PyEval_EvalFrameDefault" in [f["name"] for f in frames]:
+                brief += 1
+                assert [f["name"] for f in frames if f["kind"] == "python"][:1] == ["brief_work"], frames
+    assert brief >= 2, "the brief threads were dumped"
+
+
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.11", "3.13")])
 def test_code_object_reuse_in_a_recording(interp, tmp_path):
     """Functions created and freed all the time: a name is never shown with another function's file or

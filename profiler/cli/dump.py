@@ -104,6 +104,12 @@ def snapshot(
                 for c in captures:
                     if c.agent_data is not None:
                         local_vars[c.thread.tid] = locals_of(c.agent_data)
+        # threads that did not stop (in the kernel's uninterruptible sleep: a vfork parent, a stuck
+        # filesystem), told now: detaching may yet see them stop, and drops them (``gone``), and they went
+        # unlisted when their stop came by then
+        captured = {c.thread.tid for c in captures}
+        missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{pid}/task/{r.tid}/wchan") or "")
+                   for r in records if r.tid not in captured and not r.gone]  # fmt: skip
         gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
         for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
             if c.thread.group_stopped:
@@ -134,11 +140,8 @@ def snapshot(
         threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
                                   gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames,
                                   walk_stopped=_walk_stopped(StopReason(stop), stack_bytes)))  # fmt: skip
-    captured = {t.tid for t in threads}
-    for record in records:  # threads that never reported their stop: still listed, with why
-        if record.tid not in captured and not record.gone:
-            state = record.proc.state() or states.get(record.tid, "?")
-            wchan = procfs.read_text(f"/proc/{pid}/task/{record.tid}/wchan") or ""
+    for record, state, wchan in missing:  # threads that never reported their stop: still listed, with why
+        if state is not None and state not in procfs.EXITED_STATES:
             why = f"did not stop in time: {STATE_NAMES.get(state, state)}"
             why += f", waiting in the kernel's {wchan}" if wchan and wchan != "0" else ""
             threads.append(DumpThread(record.tid, procfs.read_comm(pid, record.tid) or record.name,

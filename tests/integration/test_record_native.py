@@ -17,7 +17,8 @@ from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share
 from profiler.target import procfs
 from tests.support.targets import (
-    FRAME_POINTERS, assert_running_free, build_c, run_nprof, running_target, stop, wait_until,
+    FRAME_POINTERS, assert_running_free, build_c, nprof_command, run_nprof, running_target, stop, thread_states,
+    wait_until,
 )  # fmt: skip
 
 DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack
@@ -314,6 +315,35 @@ def test_dump_lists_a_thread_that_cannot_stop_and_says_why(tmp_path):
     main = threads[target.pid]
     assert main["frames"] == [] and main["unstopped"].startswith("did not stop in time: disk sleep")
     assert any(t["frames"] for tid, t in threads.items() if tid != target.pid), "the spinning thread's stack"
+
+
+def test_dump_lists_a_thread_that_woke_too_late_to_be_dumped(tmp_path):
+    """The stuck thread wakes after the dump gave up on it, while nprof detaches: its stop then comes, the
+    detach takes it, and the thread was left out of the dump without a word (its record was gone by the
+    time the dump listed threads that did not stop). Made certain by ending the vfork child the moment
+    the other thread runs again, which is when the hold is over."""
+    binary = build_c("stuck.c", str(tmp_path), FRAME_POINTERS, name="stuck")
+    with running_target([binary]) as target:
+        assert wait_until(lambda: procfs.read_status(target.pid).state == "D")
+        with open(f"/proc/{target.pid}/task/{target.pid}/children") as f:
+            [child] = [int(pid) for pid in f.read().split()]
+        [spinner] = [int(t) for t in os.listdir(f"/proc/{target.pid}/task") if int(t) != target.pid]
+        nprof = subprocess.Popen(nprof_command("dump", "--pid", str(target.pid), "--json"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert wait_until(lambda: thread_states(target.pid).get(spinner, ("?", 0))[0] == "t", timeout=60)
+            assert wait_until(lambda: thread_states(target.pid).get(spinner, ("t", 0))[0] != "t", timeout=60)
+            os.kill(child, signal.SIGKILL)  # the parent leaves vfork, and its pending stop comes
+            stdout, stderr = nprof.communicate(timeout=60)
+        finally:
+            if nprof.poll() is None:
+                nprof.kill()
+                nprof.communicate()
+        assert nprof.returncode == 0, stderr
+        assert_running_free(target.pid)
+    threads = {t["tid"]: t for t in json.loads(stdout)["threads"]}
+    assert target.pid in threads, "the thread that did not stop is listed"
+    assert threads[target.pid]["unstopped"].startswith("did not stop in time: disk sleep")
 
 
 def test_dump_says_where_and_why_a_stack_was_cut(chain_fp):

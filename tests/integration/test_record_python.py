@@ -477,7 +477,7 @@ def test_dump_blocked_target(interp):
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
 def test_dump_maps_threads_started_while_it_attached(interp):
-    """Threads living ~3 ms each: every one dump finds running Python code has its Python frames. The
+    """Threads living ~5 ms each: every one dump finds running Python code has its Python frames. The
     thread lists are walked once every thread is held; walked before the attach (when the agent was made),
     the threads started since showed none (a threaded server: 3-12 of 11-20 threads)."""
     path = script("brief_threads.py")

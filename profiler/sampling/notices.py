@@ -11,6 +11,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
 from profiler.model import FrameKind, Module, StopReason
 from profiler.sampling.session import Session
+from profiler.target.procfs import read_comm, read_status
 
 #: the end of a recording says that the stack window was too small when at least this share of the
 #: samples, and this many, lost native frames to it: below 1% no frame's share in the profile moves by a
@@ -128,3 +129,22 @@ def no_unwind_info(session: Session, modules: Sequence[Module]) -> str | None:
         f"missing: in {places}. Code built with -fasynchronous-unwind-tables (gcc's default) or "
         "-fno-omit-frame-pointer unwinds; JIT code in anonymous memory ([anon:...]) needs frame pointers"
     )
+
+
+def untraced_threads(refused: dict[int, tuple[int, int, int]]) -> str | None:
+    """A notice naming the threads nprof could not seize (``ThreadTable.refused``): another tracer had them,
+    as ``strace -p TID`` or a debugger attached to one thread does, so the profile has none of their
+    samples, and nothing else would say so. (A process traced as a whole is refused at the attach.)"""
+    if not refused:
+        return None
+    parts = []
+    for tid in sorted(refused)[:8]:
+        status = read_status(tid)
+        if status is not None and status.tracer_pid:
+            tracer = read_comm(status.tracer_pid) or "?"
+            parts.append(f"{tid} (traced by pid {status.tracer_pid}, {tracer})")
+        else:
+            parts.append(str(tid))
+    more = f" and {len(refused) - 8} more" if len(refused) > 8 else ""
+    return (f"{len(refused)} thread(s) could not be traced, so they have no samples: {', '.join(parts)}{more}. "
+            "A thread has one tracer at a time: detach the other one (strace, gdb) to profile it")

@@ -25,6 +25,7 @@ from profiler.sampling.notices import (
     other_stack_samples,
     rate_shortfall,
     stack_window_shortfall,
+    untraced_threads,
     unwind_problems,
 )
 from profiler.sampling.priority import SamplingPolicy
@@ -285,6 +286,10 @@ class Sampler:
         """Detach from everything, record exit statuses, thread names and counters."""
         for target in self.targets.values():
             self.naming.final(target, self.tracer.seized.sync(target.process.pid), self.threads)
+        refused = untraced_threads(self.tracer.seized.refused)
+        if refused:
+            self.session.count("threads_not_traced", len(self.tracer.seized.refused))
+            self._notice(refused)
         stuck = self.tracer.detach_all()
         if stuck:
             self.session.count("threads_not_detached", len(stuck))

@@ -34,6 +34,9 @@ class ThreadTable:
         self.live_pids: dict[int, int] = {}
         self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
         self.options: dict[int, int] = {}  #: pid -> the ptrace options its threads are seized with
+        #: tid -> (pid, start time, errno) of a live thread whose seize was refused: another tracer has it
+        #: (strace -p TID, a debugger). Not tried again, every look for new threads; told at the end
+        self.refused: dict[int, tuple[int, int, int]] = {}
 
     def add_process(self, process: TargetProcess, options: int = 0, seized: bool = False) -> None:
         """Seize the leader of ``process`` with ``options`` (``seized``: it was seized so already, by
@@ -65,17 +68,25 @@ class ThreadTable:
     def sync(self, pid: int) -> list[ThreadRecord]:
         """Seize the threads of ``pid`` that appeared since the last call; return its live records."""
         live = []
+        refused = self.refused
         for tid in list_threads(pid):
             record = self.records.get(tid)
             if record is None:
+                if tid in refused and refused[tid][1] == thread_start_time(pid, tid):
+                    continue  # (a new thread that reuses its tid has another start time)
                 record = self._track(pid, tid, seized=False)
             if record is not None and not record.gone:
                 live.append(record)
         return live
 
     def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
-        if not seized and pt.seize(tid, self.options.get(pid, 0)) != 0:
-            return None  # exited already (ESRCH), or a thread we may not trace
+        if not seized:
+            err = pt.seize(tid, self.options.get(pid, 0))
+            if err:
+                start = thread_start_time(pid, tid)
+                if err == errno.EPERM and start is not None:  # alive, but traced by another tracer
+                    self.refused[tid] = (pid, start, err)
+                return None  # else exited already (ESRCH)
         start = thread_start_time(pid, tid)
         try:
             proc = ThreadProc(pid, tid)
@@ -90,12 +101,13 @@ class ThreadTable:
         self.stats.threads_seen += 1
         return record
 
-    def drop(self, record: ThreadRecord) -> None:
-        """Forget a thread that exited (or was detached); its process is dead once its last thread is."""
+    def drop(self, record: ThreadRecord, exited: bool = True) -> None:
+        """Forget a thread that exited (or, ``exited`` False, was detached); its process is dead once its last
+        thread is."""
         if not record.gone:
             record.gone = True
             record.proc.close()
-            self.stats.threads_exited += 1
+            self.stats.threads_exited += exited
             live = self.live_pids.pop(record.pid, 0) - 1  # absent: the process is counted dead already
             if live > 0:
                 self.live_pids[record.pid] = live

@@ -116,9 +116,10 @@ class Tracer:
         if record is not None:
             self._drop(record)
 
-    def _drop(self, record: ThreadRecord) -> None:
-        """Forget a thread that exited, and any stop of it nprof was holding or still expecting."""
-        self.seized.drop(record)
+    def _drop(self, record: ThreadRecord, exited: bool = True) -> None:
+        """Forget a thread that exited (or was detached: ``exited`` False), and any stop of it nprof was
+        holding or still expecting."""
+        self.seized.drop(record, exited)
         self._held.pop(record.tid, None)
         self._late.pop(record.tid, None)
 
@@ -413,7 +414,7 @@ class Tracer:
             pt.detach(tid, 0)
             record = self.seized.records.get(tid)
             if record is not None:
-                self._drop(record)
+                self._drop(record, exited=False)
         self.exec_stopped.clear()
         waiting: dict[int, ThreadRecord] = {}
         for record in list(self.seized.records.values()):
@@ -455,7 +456,7 @@ class Tracer:
                     pt.detach(tid, sig)  # deliver the signal it was stopped for
                 else:
                     pt.detach(tid, 0)
-                self._drop(record)
+                self._drop(record, exited=False)
         finally:
             self._close_events()
         self._stack_readers.clear()

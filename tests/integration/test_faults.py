@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -174,6 +175,42 @@ def test_signals_to_the_target_are_forwarded(signals_fp, tmp_path):
     [profile] = read_speedscope(out)
     in_handler, total = share(profile.stacks, lambda s: "on_alarm" in s)
     assert total > 0 and in_handler / total <= 0.01, f"{in_handler}/{total} of the samples in on_alarm"
+
+
+#: a second tracer, as ``strace -p TID`` is: seizes one thread (no stop), says so, holds it until stdin ends
+OTHER_TRACER = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+assert libc.ptrace(0x4206, int(sys.argv[1]), None, None) == 0, ctypes.get_errno()  # PTRACE_SEIZE
+print("seized", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_thread_another_tracer_holds_is_named_not_silently_left_out(threads_fp, tmp_path):
+    """One thread of the target is traced by another tracer: nprof records the others and says which one
+    it could not trace and who holds it (it was left out without a word, and tried again every 10 ms)."""
+    out = str(tmp_path / "others.speedscope.json")
+    with running_target([threads_fp]) as target:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
+        held = tids[-1]
+        other = subprocess.Popen([sys.executable, "-c", OTHER_TRACER, str(held)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert other.stdout.readline() == "seized\n"
+            result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
+        finally:
+            other.stdin.close()
+            other.wait(timeout=30)
+        assert result.returncode == 0, result.stderr
+        assert_running_free(target.pid)
+    assert f"1 thread(s) could not be traced, so they have no samples: {held} (traced by pid {other.pid}" in (
+        result.stderr), result.stderr
+    names = [p.name for p in read_speedscope(out)]
+    assert len(names) >= 2 and not [n for n in names if f"tid {held})" in n], names  # the others are recorded
+    counters = Session.load(str(tmp_path / "others.nprof")).counters
+    assert counters["threads_not_traced"] == 1 and "threads_exited" not in counters, "none exited: detached"
 
 
 def test_job_control_stop_is_kept(chain_fp, tmp_path):

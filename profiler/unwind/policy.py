@@ -23,6 +23,7 @@ so a truncated stack explains itself.
 from __future__ import annotations
 
 from profiler.binary.cfi import UnwindRule
+from profiler.binary.objfile import ObjectFile
 from profiler.binary.cfi.rules import REGISTER
 from profiler.binary.prologue import FRAME_SET
 from profiler.model import (
@@ -114,6 +115,10 @@ class NativeUnwinder:
                 if len(frames) >= max_frames:
                     return UnwoundStack(frames, StopReason.DEPTH_LIMIT)
                 module_id, bias, rule, entry = hit
+                if rule is None and not exact and entry.obj is not None:
+                    rule = _entered_at_start(entry.obj, pc - bias)
+                    if rule is not None:
+                        lookup = pc
                 svma = lookup - bias
                 if rule is not None and rule.signal and not exact:  # a signal trampoline, named at its entry
                     svma += 1
@@ -178,6 +183,16 @@ class NativeUnwinder:
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = caller_bp, caller_sp, ra
         return caller, method
+
+
+def _entered_at_start(obj: ObjectFile, svma: int) -> UnwindRule | None:
+    """The CFI rule at ``svma`` when a return address there was made up to enter a function at its first
+    instruction, not pushed by a call: no FDE covers the byte before it, and its function's FDE starts
+    exactly there. glibc's makecontext has a coroutine's function return into ``__start_context`` so, whose
+    CFI ends the walk (its return address undefined); looked up one byte back, as a call's return address
+    is, it had no rule, and the frame-pointer chain left in rbp by getcontext led from the coroutine's
+    stack into the stack of the thread that made it: callers it never had (``main``'s, without ``main``)."""
+    return obj.unwind_rule(svma) if obj.function_start(svma) == svma else None
 
 
 def _past_signal(frames: list[NativeFrame]) -> bool:

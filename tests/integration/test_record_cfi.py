@@ -18,7 +18,7 @@ from profiler.binary.elf import ElfFile
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
-from tests.support.targets import NO_FRAME_POINTERS, build_c, run_nprof, running_target
+from tests.support.targets import FRAME_POINTERS, NO_FRAME_POINTERS, build_c, run_nprof, running_target
 
 ROOTS = ("_start", "__clone3", "clone3", "start_thread")
 DEPTH = 24
@@ -230,6 +230,25 @@ def test_a_parent_waiting_in_vfork_unwinds_to_main(tmp_path):
     assert sum(waiting.values()) > 0.5 * sum(profile.stacks.values()), profile.stacks
     whole = sum(w for s, w in waiting.items() if reaches_root(s) and subsequence(s, ("main", "spawn")))
     assert whole >= 0.99 * sum(waiting.values()), waiting
+
+
+def test_coroutine_stacks_end_at_start_context(tmp_path):
+    """A makecontext coroutine's function returns into glibc's ``__start_context``, whose CFI ends the walk.
+    Looked up one byte back, as a call's return address is, that address had no CFI; the frame pointers
+    getcontext left led from the coroutine's stack into main's (copied as the thread's own stack, its first
+    samples being there): every coroutine sample showed __libc_start_call_main and _start as callers of
+    __start_context, without main. Built with frame pointers, which that fallback follows."""
+    binary = build_c("coroutines.c", str(tmp_path), FRAME_POINTERS, name="coroutines-fp")
+    out = str(tmp_path / "coroutines.speedscope.json")
+    with running_target([binary]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "3", "-o", out)
+        assert result.returncode == 0, result.stderr
+    [profile] = read_speedscope(out)
+    coroutine = {s: w for s, w in profile.stacks.items() if "co_leaf" in s}
+    assert sum(coroutine.values()) > 0.2 * sum(profile.stacks.values()), profile.stacks
+    exact, total = share(coroutine, lambda s: s == ("__start_context", "co_body", "co_leaf"))
+    assert exact / total >= 0.95, coroutine
+    assert "no unwind information" not in result.stderr, result.stderr
 
 
 def test_samples_in_plt_stubs_without_cfi_unwind(tmp_path):

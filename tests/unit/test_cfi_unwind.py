@@ -84,6 +84,9 @@ class FakeObject:
     def frame_state(self, svma: int) -> FrameState | None:
         return None
 
+    def function_start(self, svma: int) -> int | None:
+        return self.table.fde_start(svma) if self.table is not None else None
+
 
 class FakeSpace:
     """The two modules above, the way ``AddressSpace`` presents them to the unwinder."""

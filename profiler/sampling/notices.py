@@ -131,6 +131,26 @@ def no_unwind_info(session: Session, modules: Sequence[Module]) -> str | None:
     )
 
 
+#: the end of a recording warns about the cost of passing signals on above this many per second of
+#: recording, and this many in all: a thread stops for each signal it receives until nprof passes it on,
+#: ~30 us each here (a SIGSEGV-recovering loop: 268k recoveries a second untraced, ~30k recorded), so
+#: at a thousand a second the target loses a few percent to them
+SIGNAL_NOTICE_RATE = 1000
+SIGNAL_NOTICE_MIN = 1000
+
+
+def signal_cost(forwarded: int, duration: float) -> str | None:
+    """A notice when the target received so many signals that passing them on slowed it: a traced thread
+    stops at each signal it receives, until its tracer passes it on (ptrace(2), "Signal-delivery-stop").
+    A program recovering from SIGSEGV in a loop did 268k recoveries a second untraced, 25-34k recorded,
+    and nothing but a session counter said why."""
+    if forwarded < SIGNAL_NOTICE_MIN or duration <= 0 or forwarded / duration < SIGNAL_NOTICE_RATE:
+        return None
+    return (f"the target received {forwarded:,} signals ({forwarded / duration:,.0f} a second), each of which "
+            "stopped the thread it was sent to until nprof passed it on: a program that handles signals "
+            "that often runs slower while recorded (ptrace's cost, as under strace or gdb)")
+
+
 def untraced_threads(refused: dict[int, tuple[int, int, int]]) -> str | None:
     """A notice naming the threads nprof could not seize (``ThreadTable.refused``): another tracer had them,
     as ``strace -p TID`` or a debugger attached to one thread does, so the profile has none of their

@@ -24,6 +24,7 @@ from profiler.sampling.notices import (
     no_unwind_info,
     other_stack_samples,
     rate_shortfall,
+    signal_cost,
     stack_window_shortfall,
     untraced_threads,
     unwind_problems,
@@ -331,4 +332,7 @@ class Sampler:
         shortfall = rate_shortfall(self.ticks, self.session.meta.duration, self.config.rate)
         if shortfall:
             self._notice(shortfall)
+        costly = signal_cost(stats.signals_forwarded, self.session.meta.duration)
+        if costly:
+            self._notice(costly)
 

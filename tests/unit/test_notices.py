@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.notices import (
-    depth_limit_shortfall, no_unwind_info, other_stack_samples, rate_shortfall, stack_window_shortfall,
+    depth_limit_shortfall, no_unwind_info, other_stack_samples, rate_shortfall, signal_cost, stack_window_shortfall,
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session, SessionMeta
@@ -81,3 +81,11 @@ def test_a_rate_not_kept_is_told_with_what_was_achieved():
     )
     assert rate_shortfall(ticks=960, duration=1.0, rate=1000) is None  # kept up with (jitter, a late tick)
     assert rate_shortfall(ticks=20, duration=1.0, rate=1000) is None  # too short a recording to tell
+
+
+def test_a_signal_heavy_target_is_told_what_passing_signals_on_costs():
+    assert signal_cost(0, 2.0) is None
+    assert signal_cost(1_500, 2.0) is None, "750 a second: a few percent at most, not worth a word"
+    assert signal_cost(900, 0.5) is None, "too few in all to tell"
+    notice = signal_cost(60_000, 2.0)
+    assert notice is not None and "60,000 signals (30,000 a second)" in notice

@@ -100,6 +100,8 @@ def snapshot(
                 rescan(force=True)
             for c in captures:
                 c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
+                if native:
+                    sampler.copy_interrupted_stack(c)
             if locals_of is not None:
                 for c in captures:
                     if c.agent_data is not None:

@@ -276,6 +276,15 @@ class Sampler:
             state = record.user = self.threads[record.key] = ThreadState(index)
         return state
 
+    def copy_interrupted_stack(self, capture: Capture) -> None:
+        """For ``nprof dump``, while the thread is still held: a thread stopped on another stack than its own
+        (a signal handler on an alternate signal stack) has its walk cut where the signal frame leads to a
+        stack not copied; that stack is copied now, so that the dump goes on to the code the signal
+        interrupted. (A recording copies it in the thread's next stops.)"""
+        target = self.targets[capture.thread.pid]
+        if self.stacks.unwind(target, capture).other_sp and capture.thread.home_hi:
+            self.tracer.copy_home(capture, self.config.stack_bytes)
+
     def record(self, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""
         record = capture.thread

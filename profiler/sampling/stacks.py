@@ -9,7 +9,7 @@ the frames: merge, anchor and lock-wait checks, building frame keys and internin
 from __future__ import annotations
 
 from profiler.config import SamplerConfig
-from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason
+from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason, UnwoundStack
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
@@ -51,18 +51,8 @@ class StackRecorder:
         if self.native:
             if capture.stack_len < 0:
                 session.count("stack_read_errors")
-            home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
-            window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
-            regs = dwarf_registers(capture)
-            if capture.after_signal:  # maybe stopped at its handler's entry: sampled where the signal came
-                interrupted = interrupted_registers(regs, window, capture.after_signal)
-                if interrupted is not None:
-                    regs = interrupted
-                    session.count("samples_at_handler_entry")
-            unwound = target.unwinder.unwind(regs, window)
+            unwound = self.unwind(target, capture)
             native, stop = unwound.frames, unwound.stop
-            if unwound.other_sp:
-                self._learn_home_stack(target, capture.thread, unwound.other_sp)
         runtime = self._runtime_frames(target, capture)
         memo_key = (tuple(native), tuple(runtime), stop)
         hit = target.stack_memo.get(memo_key)
@@ -79,6 +69,22 @@ class StackRecorder:
                 cls = SampleClass.GIL_HELD
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
+
+    def unwind(self, target: Target, capture: Capture) -> UnwoundStack:
+        """The native frames of one capture. A walk that went past a signal frame onto a stack not copied
+        learns that it is the thread's own (``_learn_home_stack``): its next copies take it too."""
+        home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
+        window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
+        regs = dwarf_registers(capture)
+        if capture.after_signal:  # maybe stopped at its handler's entry: sampled where the signal came
+            interrupted = interrupted_registers(regs, window, capture.after_signal)
+            if interrupted is not None:
+                regs = interrupted
+                self.session.count("samples_at_handler_entry")
+        unwound = target.unwinder.unwind(regs, window)
+        if unwound.other_sp:
+            self._learn_home_stack(target, capture.thread, unwound.other_sp)
+        return unwound
 
     def _stack_id(
         self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason

@@ -110,6 +110,21 @@ def test_signal_handler_on_an_alternate_stack(sighandler_nofp, tmp_path):
     assert "--stack-bytes" not in result.stderr and "alternate signal stack" not in result.stderr
 
 
+def test_dump_goes_past_a_handler_on_an_alternate_stack(sighandler_nofp):
+    """``nprof dump`` takes one copy of each thread: a handler on a sigaltstack ended its walk at 'other
+    stack' (its first copy is on the alternate stack, and nothing said where the thread's own was). The
+    walk of that copy names the stack it leads to, which dump copies while it still holds the thread, and
+    the dump goes on to main, as gdb's backtrace does."""
+    with running_target([sighandler_nofp, "alt"]) as target:
+        result = run_nprof("dump", "--pid", str(target.pid), "--json")
+        assert result.returncode == 0, result.stderr
+    [thread] = json.loads(result.stdout)["threads"]
+    names = [f["name"] for f in thread["frames"]]
+    chain = ["handler_work", "on_alarm", "__restore_rt", "interrupted_work", "outer_loop", "main"]
+    assert names[: len(chain)] == chain and names[-1] == "_start", names
+    assert "walk_stopped" not in thread, thread.get("walk_stopped")
+
+
 def test_window_too_small_stops_with_window_exhausted(chain_nofp, tmp_path):
     small = str(tmp_path / "small.speedscope.json")
     large = str(tmp_path / "large.speedscope.json")

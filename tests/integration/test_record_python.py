@@ -395,7 +395,9 @@ def test_threads(interp, tmp_path):
     out = str(tmp_path / "threads.speedscope.json")
     idle_out = str(tmp_path / "idle.speedscope.json")
     with running_target([interp.path, path], ready_at=2) as target:
-        record(target.pid, out)
+        # at 300 Hz: GIL waits are not shown, so a CPU thread's samples are the quarter of the time it holds
+        # the GIL, ~50 at 100 Hz, where three in calls between frames (0.1-0.3% of them) failed the share
+        record(target.pid, out, "-r", "300")
         record(target.pid, idle_out, "--idle")
     profiles = {p.name: p for p in read_speedscope(out)}
     for k in range(4):

@@ -19,6 +19,7 @@ A corrupt FDE gives "no row" for its range and is counted in ``stats.bad_fdes``;
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,10 +110,8 @@ class UnwindTable:
 
     def fde_start(self, svma: int) -> int | None:
         """Where the FDE covering ``svma`` starts, or None if none does (or it is corrupt)."""
-        for s, source in enumerate(self.sources):
-            i = source.fde_index.find(svma)
-            if i >= 0 and svma < self._fde_rows(s, i)[2]:  # a corrupt FDE ends at 0 (``_BAD``)
-                return int(source.fde_index.starts[i])
+        for s, i, _rows in self._covering(svma):
+            return int(self.sources[s].fde_index.starts[i])
         return None
 
     def row_for(self, svma: int) -> tuple[Row, bool] | None:
@@ -121,18 +120,24 @@ class UnwindTable:
         return self.columns.row(j) if j is not None else None
 
     def _row_index(self, svma: int) -> int | None:
-        for s, source in enumerate(self.sources):
-            i = source.fde_index.find(svma)
-            if i < 0:
-                continue
-            lo, hi, end = self._fde_rows(s, i)
-            if lo == hi or svma >= end:
+        for _s, _i, (lo, hi, _end) in self._covering(svma):
+            if lo == hi:
                 continue
             starts = self.columns.records["start"][lo:hi]
             j = lo + int(starts.searchsorted(np.uint64(svma), side="right")) - 1
             if j >= lo:
                 return j
         return None
+
+    def _covering(self, svma: int) -> Iterator[tuple[int, int, Slot]]:
+        """(source, FDE index, its decoded rows' slot) of each source's FDE that covers ``svma``, in the
+        sources' order; a corrupt FDE covers nothing (``_BAD`` ends at 0)."""
+        for s, source in enumerate(self.sources):
+            i = source.fde_index.find(svma)
+            if i >= 0:
+                rows = self._fde_rows(s, i)
+                if svma < rows[2]:
+                    yield s, i, rows
 
     def _fde_rows(self, s: int, i: int) -> Slot:
         slot = self._fdes[s][i]

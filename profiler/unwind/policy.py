@@ -83,6 +83,10 @@ class NativeUnwinder:
         self.space = space
         self.max_frames = max_frames
         self._memo: dict[int, _Resolved] = {}
+        #: return address -> the rule of the function it enters at its first instruction (``_entered_at_start``)
+        #: or None, for return addresses whose byte before has no CFI: kept apart from ``_memo``, which is
+        #: keyed by the address looked up, since an innermost pc may equal another frame's return address - 1
+        self._entered: dict[int, UnwindRule | None] = {}
         self._memo_modules = -1
 
     def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
@@ -92,8 +96,9 @@ class NativeUnwinder:
         frames: list[NativeFrame] = []
         append = frames.append
         memo = self._memo
-        if len(self.space.modules) != self._memo_modules or len(memo) >= MAX_MEMO:
+        if len(self.space.modules) != self._memo_modules or len(memo) + len(self._entered) >= MAX_MEMO:
             memo.clear()
+            self._entered.clear()
             self._memo_modules = len(self.space.modules)
         max_frames = self.max_frames
         pc = regs[DW_RA] or 0
@@ -116,7 +121,9 @@ class NativeUnwinder:
                     return UnwoundStack(frames, StopReason.DEPTH_LIMIT)
                 module_id, bias, rule, entry = hit
                 if rule is None and not exact and entry.obj is not None:
-                    rule = _entered_at_start(entry.obj, pc - bias)
+                    rule = self._entered.get(pc, False)  # type: ignore[assignment]
+                    if rule is False:
+                        rule = self._entered[pc] = _entered_at_start(entry.obj, pc - bias)
                     if rule is not None:
                         lookup = pc
                 svma = lookup - bias

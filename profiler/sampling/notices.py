@@ -151,20 +151,21 @@ def signal_cost(forwarded: int, duration: float) -> str | None:
             "that often runs slower while recorded (ptrace's cost, as under strace or gdb)")
 
 
-def untraced_threads(refused: dict[int, tuple[int, int, int]]) -> str | None:
+def untraced_threads(refused: Iterable[int]) -> str | None:
     """A notice naming the threads nprof could not seize (``ThreadTable.refused``): another tracer had them,
     as ``strace -p TID`` or a debugger attached to one thread does, so the profile has none of their
     samples, and nothing else would say so. (A process traced as a whole is refused at the attach.)"""
-    if not refused:
+    tids = sorted(refused)
+    if not tids:
         return None
     parts = []
-    for tid in sorted(refused)[:8]:
+    for tid in tids[:8]:
         status = read_status(tid)
         if status is not None and status.tracer_pid:
             tracer = read_comm(status.tracer_pid) or "?"
             parts.append(f"{tid} (traced by pid {status.tracer_pid}, {tracer})")
         else:
             parts.append(str(tid))
-    more = f" and {len(refused) - 8} more" if len(refused) > 8 else ""
-    return (f"{len(refused)} thread(s) could not be traced, so they have no samples: {', '.join(parts)}{more}. "
+    more = f" and {len(tids) - 8} more" if len(tids) > 8 else ""
+    return (f"{len(tids)} thread(s) could not be traced, so they have no samples: {', '.join(parts)}{more}. "
             "A thread has one tracer at a time: detach the other one (strace, gdb) to profile it")

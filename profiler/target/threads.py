@@ -34,9 +34,9 @@ class ThreadTable:
         self.live_pids: dict[int, int] = {}
         self.exit_status: dict[int, int] = {}  #: pid -> raw wait status of a leader that exited
         self.options: dict[int, int] = {}  #: pid -> the ptrace options its threads are seized with
-        #: tid -> (pid, start time, errno) of a live thread whose seize was refused: another tracer has it
-        #: (strace -p TID, a debugger). Not tried again, every look for new threads; told at the end
-        self.refused: dict[int, tuple[int, int, int]] = {}
+        #: tid -> start time of a live thread whose seize was refused: another tracer has it (strace -p TID,
+        #: a debugger). Not tried again at every look for new threads; told at the end
+        self.refused: dict[int, int] = {}
 
     def add_process(self, process: TargetProcess, options: int = 0, seized: bool = False) -> None:
         """Seize the leader of ``process`` with ``options`` (``seized``: it was seized so already, by
@@ -72,7 +72,7 @@ class ThreadTable:
         for tid in list_threads(pid):
             record = self.records.get(tid)
             if record is None:
-                if tid in refused and refused[tid][1] == thread_start_time(pid, tid):
+                if tid in refused and refused[tid] == thread_start_time(pid, tid):
                     continue  # (a new thread that reuses its tid has another start time)
                 record = self._track(pid, tid, seized=False)
             if record is not None and not record.gone:
@@ -85,7 +85,7 @@ class ThreadTable:
             if err:
                 start = thread_start_time(pid, tid)
                 if err == errno.EPERM and start is not None:  # alive, but traced by another tracer
-                    self.refused[tid] = (pid, start, err)
+                    self.refused[tid] = start
                 return None  # else exited already (ESRCH)
         start = thread_start_time(pid, tid)
         try:

@@ -95,9 +95,8 @@ def snapshot(
             # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
             # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
             # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
-            rescan = getattr(agent, "refresh", None)
-            if rescan is not None:
-                rescan(force=True)
+            if target.refresh is not None:
+                target.refresh(force=True)
             for c in captures:
                 c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
                 if native:

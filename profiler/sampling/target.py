@@ -65,7 +65,8 @@ class Target:
         self.unwinder = NativeUnwinder(space, config.max_frames)
         self.agent: AgentSession | None = None
         self.agent_index = -1
-        self.refresh: Callable[[], object] | None = None  #: the agent's optional between-ticks hook
+        #: the agent's optional between-ticks hook (``force=True``: now, ``nprof dump`` with every thread held)
+        self.refresh: Callable[..., object] | None = None
         #: the agent's optional pair: a copy during the stop, walked after resume (runtime.py)
         self.snapshot: Callable[[int, object], object] | None = None
         self.settle: Callable[[object], object] | None = None

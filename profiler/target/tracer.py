@@ -356,7 +356,9 @@ class Tracer:
             pt.interrupt(tid)  # the signal's stop answered it: ask again for the stop still awaited
 
     def _capture_late(self, record: ThreadRecord, status: int) -> None:
-        """The stop of a thread that missed its tick's window: copy it now, then let it go."""
+        """The stop of a thread that missed its tick's window: copy it now, then let it go. Its hold is noted
+        like a tick's (the session's ``stops`` counts every stop its samples came from)."""
+        seen = time.perf_counter_ns()
         stack_bytes, agent_capture = self._late.pop(record.tid)
         action = self._held[record.tid] = resume_action(status)
         record.interrupt_pending = False
@@ -371,6 +373,7 @@ class Tracer:
             self.stats.late_captures += 1
         finally:
             self._resume(record.tid)
+            self.stats.note_held(time.perf_counter_ns() - seen)
 
     def pump(self, until: float, should_stop: Callable[[], bool] = lambda: False) -> bool:
         """Answer tracee events until monotonic time ``until``, or until a process stops in its exec (the

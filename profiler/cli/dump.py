@@ -23,7 +23,7 @@ from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
-from profiler.tree.calltree import expand_stack
+from profiler.tree.calltree import command_line, expand_stack
 
 #: proc(5) state letters, as words
 STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
@@ -164,7 +164,7 @@ def _holds_gil(agent: object, capture: object) -> bool | None:
 
 
 def render_text(session: Session, threads: list[DumpThread]) -> str:
-    lines = [f"Process {session.meta.pid}: {' '.join(session.meta.command)}"]
+    lines = [f"Process {session.meta.pid}: {command_line(session.meta.command)}"]
     for t in threads:
         flags = [t.state]
         if t.holds_gil:

@@ -89,11 +89,11 @@ def process_labels(session: Session) -> dict[int, str]:
     return {pid: f"pid {pid} [{command_line(session.meta.processes.get(pid, []), 60)}]" for pid in pids}
 
 
-def command_line(argv: Sequence[str], width: int) -> str:
-    """``argv`` as one line of at most ``width`` characters: runs of whitespace (the newlines of a
+def command_line(argv: Sequence[str], width: int | None = None) -> str:
+    """``argv`` as one line, of at most ``width`` characters if given: runs of whitespace (the newlines of a
     ``python -c`` program) become one space, and a cut ends in "..."."""
     text = " ".join(" ".join(argv).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return text if width is None or len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass(frozen=True)

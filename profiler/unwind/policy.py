@@ -121,9 +121,10 @@ class NativeUnwinder:
                     return UnwoundStack(frames, StopReason.DEPTH_LIMIT)
                 module_id, bias, rule, entry = hit
                 if rule is None and not exact and entry.obj is not None:
-                    rule = self._entered.get(pc, False)  # type: ignore[assignment]
-                    if rule is False:
-                        rule = self._entered[pc] = _entered_at_start(entry.obj, pc - bias)
+                    entered = self._entered
+                    if pc not in entered:
+                        entered[pc] = _entered_at_start(entry.obj, pc - bias)
+                    rule = entered[pc]
                     if rule is not None:
                         lookup = pc
                 svma = lookup - bias

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+from collections import Counter
 
 import pytest
 
@@ -298,9 +299,30 @@ def test_short_lived_threads_have_their_python_frames(interp, tmp_path):
     counters = Session.load(str(tmp_path / "pool.nprof")).counters
     threads = counters.get("threads_seen", 0)
     unmapped, remapped = counters.get("python_stacks_unmapped", 0), counters.get("python_stacks_remapped", 0)
+    found = remapped + counters.get("python_stacks_found_new", 0)  # after resume, or in the stop
     missing = unmapped - remapped + counters.get("python_stacks_stale", 0)
-    assert threads > 50 and remapped > 0 and missing <= 0.25 * threads, counters
+    assert threads > 50 and found > 0 and missing <= 0.25 * threads, counters
     assert counters.get("python_stacks_truncated", 0) <= 0.02 * threads, counters
+
+
+@pytest.mark.parametrize("interp", INTERPRETERS)
+def test_a_thread_per_request_has_its_python_frames(interp, tmp_path):
+    """Threads living about a millisecond each, as ``socketserver.ThreadingMixIn`` makes them: a thread
+    first stopped since the last walk of the thread lists often exited before the walk after resume
+    looked for its state, and kept no Python frame in 25-37% of its samples in an eval loop (3.8-3.13, 500
+    Hz). Its state is now looked for among the newest in its stop; missing 0-1 in ~90."""
+    out = str(tmp_path / "requests.speedscope.json")
+    with running_target([interp.path, script("request_threads.py")], ready_at=2) as target:
+        record(target.pid, out, "-r", "500")
+    in_eval: Counter = Counter()
+    for profile in read_speedscope(out):
+        for stack, weight in profile.detailed.items():
+            names = [name for name, _file, _line in stack]
+            if "_PyEval_EvalFrameDefault" in names and "main" not in names:  # a worker's, in Python code
+                in_eval[stack] += weight
+    with_python, total = share(in_eval, lambda s: any(file and file.endswith(".py") for _, file, _ in s))
+    assert total >= 30 / 500, f"{total * 500:.0f} samples of workers in an eval loop"
+    assert with_python / total >= 0.96, f"{with_python * 500:.0f} of {total * 500:.0f} have Python frames"
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)

@@ -9,6 +9,7 @@ import pytest
 
 from agents.cpython import CPythonAgent
 from agents.cpython.session import MAIN_UNMAPPED_NOTICE
+from agents.cpython.threads import ThreadMap
 from profiler.model import NativeFrame, UnwindMethod
 from profiler.target.process import TargetProcess
 from tests.integration.cpython.conftest import attached, python_running
@@ -97,9 +98,10 @@ def test_a_main_thread_that_never_matches_a_thread_state_is_reported(interp):
             for _capture, stack in t.tick():
                 t.session.frames(stack)  # decoded after resume, as the sampler does
         assert t.session.notices() == []  # mapped: nothing to say
-        # what a wrong layout or mapping left: no thread state for any thread (refresh, between ticks,
-        # would map them again; these ticks call none)
+        # what a wrong layout or mapping left: no thread state for any thread, the walk found none (refresh,
+        # between ticks, would map them again; these ticks call none)
         t.session._slots.clear()
+        t.session.threads = ThreadMap({}, [], [], True)
         t.session._main_mapped = False
         for _ in range(MAIN_UNMAPPED_NOTICE - 1):
             t.tick()

@@ -14,19 +14,21 @@ def brief_work():
     time.sleep(0.005)  # at:brief
 
 
-def main(ready_fd):
+def run_threads(work, at_once, ready_fd, ready_after):
+    """Start a thread running ``work`` whenever fewer than ``at_once`` run (the oldest is joined first), for
+    ever; write "ready" once ``ready_after`` threads have started. (request_threads.py runs it too.)"""
     alive = []
     started = 0
     while True:
-        if len(alive) == 6:
+        if len(alive) == at_once:
             alive.pop(0).join()
-        thread = threading.Thread(target=brief_work)
+        thread = threading.Thread(target=work)
         thread.start()
         alive.append(thread)
         started += 1
-        if started == 12:
+        if started == ready_after:
             os.write(ready_fd, b"ready\n")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    run_threads(brief_work, 6, int(sys.argv[1]), 12)

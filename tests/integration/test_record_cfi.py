@@ -266,20 +266,24 @@ def test_coroutine_stacks_end_at_start_context(tmp_path):
     assert "no unwind information" not in result.stderr, result.stderr
 
 
+PARKED_IN_STUB = ("main", "spin_calls", "rand_r@plt")
+
+
 def test_samples_in_plt_stubs_without_cfi_unwind(tmp_path):
     """LLD (the linker rustc uses) writes no CFI for the PLT, nor does GNU ld with
     --no-ld-generated-unwind-info; no symbol covers the stubs either. A sample in a stub was a one-frame
-    stack ("no unwind info": 6 of 997 samples of this target); each stub is now analysed as a function."""
+    stack ("no unwind info": 6 of 997 samples of a loop of calls); each stub is now analysed as a function.
+    The target parks its thread in the stub (its GOT slot points back at it): sampled in calls, the stub's
+    share was the CPU's choice, and CI's machine put none of 4000 samples there."""
     binary = build_c("plt_calls.c", str(tmp_path),
-                     (*NO_FRAME_POINTERS, "-Wl,--no-ld-generated-unwind-info"), name="plt_calls")  # fmt: skip
+                     (*NO_FRAME_POINTERS, "-fno-pie", "-no-pie", "-Wl,--no-ld-generated-unwind-info"),
+                     name="plt_calls")  # fmt: skip
     out = str(tmp_path / "plt.speedscope.json")
     with running_target([binary]) as target:
-        record(target.pid, out, "-r", "1000")
+        record(target.pid, out, "-r", "200", duration="1")
     [profile] = read_speedscope(out)
-    in_stub = {s: w for s, w in profile.stacks.items() if s and s[-1] == "rand_r@plt"}
-    assert in_stub, "samples in the stub (~1% of them)"
-    expected = ("_start", "main", "spin_calls", "rand_r@plt")
-    assert all(subsequence(s, expected) and s[0] == "_start" for s in in_stub), list(in_stub)
+    exact, total = share(profile.stacks, lambda s: s[:1] == ("_start",) and ends_with(s, PARKED_IN_STUB))
+    assert total > 0 and exact / total >= 0.95, profile.stacks
 
 
 def test_c_without_frame_pointers_or_cfi(tmp_path):

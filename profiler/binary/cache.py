@@ -48,7 +48,7 @@ def cache_key(build_id: str | None, path: str, size: int, mtime_ns: int) -> str:
     """A file name stem: the build-id, or a digest of path + size + mtime when there is none."""
     if build_id and all(c in "0123456789abcdef" for c in build_id.lower()):
         return f"build-id-{build_id.lower()}"
-    digest = hashlib.sha256(f"{path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(os.fsencode(f"{path}\0{size}\0{mtime_ns}")).hexdigest()[:32]  # a path may not be UTF-8
     return f"file-{digest}"
 
 

@@ -37,6 +37,7 @@ from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.thread_naming import ThreadNaming
 from profiler.sampling.timer import Timer
 from profiler.target.capture import AgentCapture, Capture, ThreadRecord
+from profiler.target.procfs import printable
 from profiler.target.tracer import Tracer
 
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz. The listing
@@ -112,6 +113,7 @@ class Sampler:
         return self.processes.add(pid, fresh=True, trace_exec=True, at_exec=True)
 
     def _notice(self, message: str) -> None:
+        message = printable(message)  # it may name a path from the maps
         self.session.meta.notices.append(message)
         self.notice(message)
 

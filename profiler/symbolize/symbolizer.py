@@ -26,6 +26,7 @@ from profiler.sampling.session import Session
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
+from profiler.target.procfs import printable
 
 #: seconds the DWARF line/inline resolution of one recording may take; frames not reached by then keep
 #: their symbol-table names (libpython's worst case, every function, measured 3.1 s here)
@@ -201,5 +202,6 @@ def resolve(
     result = symbolize(session, objects, agents)
     session.frame_info = result.frames
     session.inlined = result.inlined
-    session.meta.notices.extend(result.notices)
-    return result.notices
+    notices = [printable(n) for n in result.notices]  # they name files, by paths from the maps
+    session.meta.notices.extend(notices)
+    return notices

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass
 
 from profiler.target.procfs import live_task_dir, read_bytes
@@ -62,7 +63,9 @@ def read_maps(pid: int) -> list[Mapping]:
     ``main``) while others run has a zombie leader with no maps of its own: they are read through one of
     its live threads then."""
     data = _maps_bytes(pid)
-    return parse_maps(data.decode("utf-8", "replace")) if data else []
+    # paths as the file system has them (os.fsdecode): one not in UTF-8 still opens, where U+FFFD in its
+    # place left a program in such a directory without a name, read as a user without map_files access
+    return parse_maps(os.fsdecode(data)) if data else []
 
 
 def _unescape(path: str) -> str:

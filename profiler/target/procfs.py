@@ -29,6 +29,17 @@ def read_text(path: str) -> str | None:
     return data.decode("utf-8", "replace") if data is not None else None
 
 
+def printable(text: str) -> str:
+    """A string from the file system (``os.fsdecode``'s: each byte that is not UTF-8 kept as a lone
+    surrogate, so the path still opens) as text to show and to write: those bytes become U+FFFD. orjson
+    and a UTF-8 stream refuse lone surrogates, and a path from the maps is shown in every output."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def split_stat(text: str) -> list[str]:
     """Fields of /proc/.../stat, numbered from 1 as proc(5) does (index 0 is unused).
 

@@ -27,6 +27,7 @@ from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.errors import BinaryError
 from profiler.model import Module
 from profiler.target.maps import Mapping
+from profiler.target.procfs import printable
 from profiler.target.process import TargetProcess
 
 #: least time between two refreshes caused by pcs that may not be code (a frame-pointer walk can yield any
@@ -191,7 +192,7 @@ class AddressSpace:
             refined = obj.elf.bias_for(m.start, m.offset, m.executable)
             if refined is not None:
                 bias = refined
-        display = m.path.removesuffix(" (deleted)")
+        display = printable(m.path.removesuffix(" (deleted)"))
         module = self.registry.intern(display, m.inode, start, end, bias, obj, m.path.startswith("/"))
         return module, obj
 

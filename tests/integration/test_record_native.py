@@ -17,8 +17,8 @@ from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share
 from profiler.target import procfs
 from tests.support.targets import (
-    FRAME_POINTERS, assert_running_free, build_c, nprof_command, run_nprof, running_target, stop, thread_states,
-    wait_until,
+    FRAME_POINTERS, NOT_UTF8_NAME, assert_running_free, build_c, nprof_command, run_nprof,
+    run_nprof_without_map_files, running_target, stop, thread_states, wait_until,
 )  # fmt: skip
 
 DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack
@@ -54,6 +54,28 @@ def test_known_chain_is_exact(chain_fp, tmp_path):
     deep = sum(w for s, w in leaf.items() if ends_with(s, recursion))
     assert deep > 0, "no sample shows the complete recursion"
     assert "Top functions" in run["stderr"] and "spin" in run["stderr"]
+
+
+def test_a_program_under_a_path_not_in_utf8(tmp_path):
+    """The maps give a path as bytes. Decoded with U+FFFD for a byte not in UTF-8, the path did not open,
+    and a user without map_files access saw every frame of a program in a Latin-1 directory as a bare
+    address ("chain+0x1237"). Paths are kept as the file system has them, and shown with U+FFFD. Built
+    without a build-id, the program's cached tables are keyed by its path."""
+    directory = tmp_path / NOT_UTF8_NAME
+    directory.mkdir()
+    binary = build_c("chain.c", str(directory), (*FRAME_POINTERS, "-Wl,--build-id=none"))
+    out = str(tmp_path / "chain.speedscope.json")
+    with running_target([str(binary), str(DEPTH)]) as target:
+        result = run_nprof_without_map_files("record", "--pid", str(target.pid), "-d", "1", "-o", out)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    [profile] = read_speedscope(out)
+    named, total = share(profile.stacks, lambda s: ends_with(s, ("main", "a", "b", "c", "spin"))
+                         or ends_with(s, ("recurse", "spin")))  # fmt: skip
+    assert total > 0 and named / total >= 0.95, profile.stacks
+    session = Session.load(str(tmp_path / "chain.nprof"))
+    assert any(m.path.endswith("/caf\ufffd/chain") for m in session.modules), [m.path for m in session.modules]
+    rendered = run_nprof("report", str(tmp_path / "chain.nprof"), "-o", str(tmp_path / "chain.folded"))
+    assert rendered.returncode == 0, rendered.stderr
 
 
 def test_a_stripped_program_s_functions_are_one_frame_each(chain_fp, tmp_path):

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from collections import Counter
 
 import pytest
@@ -19,8 +20,10 @@ from agents.cpython.capture import MAX_FRAMES
 from profiler.model import FrameKind, SampleClass
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
-from tests.support.targets import process_state, run_nprof, running_target, wait_until
-from tests.targets.python.interpreters import TARGETS, debug_interpreter_params, interpreter_params
+from tests.support.targets import (
+    NOT_UTF8_NAME, process_state, run_nprof, run_nprof_without_map_files, running_target, wait_until,
+)  # fmt: skip
+from tests.targets.python.interpreters import TARGETS, Interpreter, debug_interpreter_params, interpreter_params
 
 INTERPRETERS = interpreter_params()
 
@@ -121,6 +124,41 @@ def test_a_python_in_its_own_pid_namespace_has_its_python_frames(interp, tmp_pat
     chain = ("<module>", "main", "outer", "middle", "inner")
     exact, total = share(profile.detailed, lambda s: python_part(s, path) == chain)
     assert total > 0 and exact / total >= 0.95, f"{exact}/{total} samples show exactly {chain}"
+
+
+def _shared_libpython(interp: Interpreter) -> str | None:
+    """The libpython an interpreter runs from, if it was built with --enable-shared; None if not."""
+    query = "import sysconfig as c; print(c.get_config_var('Py_ENABLE_SHARED'), c.get_config_var('LIBDIR'), "
+    query += "c.get_config_var('INSTSONAME'))"
+    shared, libdir, soname = subprocess.run([interp.path, "-c", query], capture_output=True, text=True,
+                                            check=True).stdout.split()  # fmt: skip
+    return os.path.join(libdir, soname) if shared == "1" else None
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id == "3.12"])
+def test_a_libpython_under_a_path_not_in_utf8_has_its_python_frames(interp, tmp_path):
+    """A libpython in a Latin-1 directory (a venv under such a home): its path, decoded from the maps with
+    U+FFFD, did not open as a user without map_files access, so the process was profiled as a native one
+    ("cannot read the interpreter binary") and every sample's stack was cut in libpython."""
+    libpython = _shared_libpython(interp)
+    if libpython is None:
+        pytest.skip(f"{interp.path} is not built with --enable-shared")
+    directory = tmp_path / NOT_UTF8_NAME
+    directory.mkdir()
+    shutil.copy(libpython, directory)
+    path = script("chain.py")
+    out = str(tmp_path / "chain.speedscope.json")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(directory)}
+    with running_target([interp.path, path], env=env, ready_at=2) as target:
+        with open(f"/proc/{target.pid}/maps", "rb") as f:
+            assert bytes(directory) in f.read(), "the copied libpython is the one loaded"
+        result = run_nprof_without_map_files("record", "--pid", str(target.pid), "-d", "1", "-o", out)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot read the interpreter" not in result.stderr, result.stderr
+    [profile] = read_speedscope(out)
+    chain = ("<module>", "main", "outer", "middle", "inner")
+    exact, total = share(profile.detailed, lambda s: python_part(s, path) == chain and s[0][0] == "_start")
+    assert total > 0 and exact / total >= 0.95, f"{exact}/{total} samples from _start show {chain}"
 
 
 @pytest.mark.parametrize("interp", INTERPRETERS)

@@ -94,6 +94,20 @@ def run_nprof(*args: str, timeout: float = 120, cpu: int | None = None) -> subpr
                           preexec_fn=on_cpu(cpu))  # fmt: skip
 
 
+#: a directory name that is not UTF-8 (Latin-1 "café"), as ``os.fsdecode`` gives it: a lone surrogate
+NOT_UTF8_NAME = os.fsdecode(b"caf\xe9")
+
+
+def run_nprof_without_map_files(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``nprof ARGS`` as a user other than root runs it: without /proc/PID/map_files, whose links take
+    CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE to follow (proc(5)), so every file is opened by the path the
+    maps give. Run as root, those two capabilities are dropped from the bounding set (setpriv(1))."""
+    command = nprof_command(*args)
+    if os.geteuid() == 0:
+        command = ["setpriv", "--bounding-set", "-sys_admin,-checkpoint_restore", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
 def on_cpu(cpu: int | None) -> Callable[[], None] | None:
     """A ``preexec_fn`` that confines the child to one CPU (None: no confinement)."""
     if cpu is None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 from agents.cpython.detect import interpreter_mapping
 from profiler.target import ptrace as pt
 from profiler.target.maps import MappingIndex, parse_maps
-from profiler.target.procfs import split_stat
+from profiler.target.procfs import printable, split_stat
 from profiler.target.process import foreign_architecture
 from tests.support.elf32 import i386_pause_binary
 
@@ -101,3 +102,12 @@ def test_a_newline_in_a_mapped_path_is_unescaped():
     """The kernel writes a newline in a maps path as \\012: the path must be the file's, to be opened."""
     [m] = parse_maps("7f00-7f01 r-xp 00000000 08:01 123 /tmp/new\\012line/lib.so\n")
     assert m.path == "/tmp/new\nline/lib.so"
+
+
+def test_a_path_not_in_utf8_opens_and_prints():
+    """A maps path keeps its bytes (``os.fsdecode``: a lone surrogate for each byte not in UTF-8), so it opens;
+    ``printable`` gives the text that outputs can hold, which orjson and UTF-8 streams refuse otherwise."""
+    path = os.fsdecode(b"/opt/caf\xe9/lib.so")
+    assert os.fsencode(path) == b"/opt/caf\xe9/lib.so"
+    assert printable(path) == "/opt/caf\ufffd/lib.so"
+    assert printable("/opt/café/lib.so") == "/opt/café/lib.so"  # UTF-8 as it is

@@ -3,6 +3,10 @@
 All threads are stopped together (``Tracer.hold``) for one consistent snapshot: registers, stacks, the
 runtime's frame chains and, with ``--locals``, the Python frames' local variables are read while the
 process is paused, then every thread is resumed and the copies are unwound and named.
+
+With native frames, each thread is first stopped alone and resumed at once, and that copy unwound
+(``Sampler.learn_stacks``): the unwind tables are loaded and each thread's own stack is known before the
+hold, so the held stops are syscalls only, as a recording's are.
 """
 
 from __future__ import annotations
@@ -89,6 +93,9 @@ def snapshot(
     locals_of = getattr(agent, "locals", None) if with_locals else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
+        if native:  # before the hold, so that it does not last while unwind tables load
+            sampler.learn_stacks(sampler.tracer.seized.sync(pid))
+        # listed again: threads started while the tables loaded are dumped too (a thread per request)
         records = sampler.tracer.seized.sync(pid)
         states = {r.tid: r.proc.state() or "?" for r in records}
         with sampler.tracer.hold(records, copy_stack=native) as captures:
@@ -99,8 +106,6 @@ def snapshot(
                 target.refresh(force=True)
             for c in captures:
                 c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
-                if native:
-                    sampler.copy_interrupted_stack(c)
             if locals_of is not None:
                 for c in captures:
                     if c.agent_data is not None:

@@ -278,14 +278,17 @@ class Sampler:
             state = record.user = self.threads[record.key] = ThreadState(index)
         return state
 
-    def copy_interrupted_stack(self, capture: Capture) -> None:
-        """For ``nprof dump``, while the thread is still held: a thread stopped on another stack than its own
-        (a signal handler on an alternate signal stack) has its walk cut where the signal frame leads to a
-        stack not copied; that stack is copied now, so that the dump goes on to the code the signal
-        interrupted. (A recording copies it in the thread's next stops.)"""
-        target = self.targets[capture.thread.pid]
-        if self.stacks.unwind(target, capture).other_sp and capture.thread.home_hi:
-            self.tracer.copy_home(capture, self.config.stack_bytes)
+    def learn_stacks(self, threads: Sequence[ThreadRecord]) -> None:
+        """For ``nprof dump``, before it holds every thread: stop each one briefly (resumed at once, as a
+        tick does) and unwind that copy, so that the hold that follows finds its work done. The unwind
+        loads the tables of every module on the threads' stacks, and learns each thread's own stack: a
+        thread stopped in a signal handler on an alternate signal stack has its own stack copied in the held
+        stop itself (``Tracer._copy``), so that the dump goes on to the code the signal interrupted.
+
+        Measured with 101 sleeping threads of CPython 3.11: the hold was 44 ms of stopping them all and
+        32 ms of work while held, 26 ms of it this unwinding, most of that loading three unwind tables."""
+        for capture in self.tracer.capture(threads, copy_stack=True):
+            self.stacks.learn(self.targets[capture.thread.pid], capture)
 
     def record(self, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""

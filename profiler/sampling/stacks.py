@@ -86,6 +86,12 @@ class StackRecorder:
             self._learn_home_stack(target, capture.thread, unwound.other_sp)
         return unwound
 
+    def learn(self, target: Target, capture: Capture) -> None:
+        """Learn from one capture what its thread's next copies need, without counting a sample: the stack
+        mapping it stopped on, its own stack, and the unwind tables of the modules on it."""
+        self._track_stack_mapping(target, capture.thread, capture.slot.regs.rsp)
+        self.unwind(target, capture)
+
     def _stack_id(
         self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
     ) -> tuple[int, bool, str | None]:

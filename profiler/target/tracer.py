@@ -282,14 +282,14 @@ class Tracer:
         if record.signal_passed:
             capture.after_signal, record.signal_passed = record.signal_passed, 0
         if stack_bytes and record.home_hi and not record.home_lo <= rsp < record.home_hi:
-            self.copy_home(capture, stack_bytes)
+            self._copy_home(capture, stack_bytes)
         return capture
 
-    def copy_home(self, capture: Capture, stack_bytes: int) -> None:
+    def _copy_home(self, capture: Capture, stack_bytes: int) -> None:
         """A thread stopped off its own stack (a signal handler on an alternate signal stack): the frames
         it interrupted are on its own stack, near the top unless deeper than the window; copy that too.
-        Done in the stop once the thread's own stack is known; ``nprof dump`` calls it while it holds the
-        thread, having learnt that stack from the walk of the first copy."""
+        Done in the stop once the thread's own stack is known: learnt from the walk of an earlier copy (a
+        recording's previous sample of the thread; ``nprof dump``'s brief stop before its hold)."""
         record, slot = capture.thread, capture.slot
         home = max(record.home_lo, record.home_hi - stack_bytes)
         buffer = slot.home_buffer()

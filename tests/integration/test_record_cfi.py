@@ -111,9 +111,9 @@ def test_signal_handler_on_an_alternate_stack(sighandler_nofp, tmp_path):
 
 
 def test_dump_goes_past_a_handler_on_an_alternate_stack(sighandler_nofp):
-    """``nprof dump`` takes one copy of each thread: a handler on a sigaltstack ended its walk at 'other
-    stack' (its first copy is on the alternate stack, and nothing said where the thread's own was). The
-    walk of that copy names the stack it leads to, which dump copies while it still holds the thread, and
+    """``nprof dump`` holds each thread once: a handler on a sigaltstack ended its walk at 'other stack'
+    (its first copy is on the alternate stack, and nothing said where the thread's own was). The walk of
+    dump's brief stop before the hold names the stack it leads to, which the held stop copies too, and
     the dump goes on to main, as gdb's backtrace does."""
     with running_target([sighandler_nofp, "alt"]) as target:
         result = run_nprof("dump", "--pid", str(target.pid), "--json")

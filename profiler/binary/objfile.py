@@ -236,8 +236,8 @@ class ObjectFile:
                 self._layouts[start] = layout
             if layout is not None:
                 state = layout.state_at(svma)
-                if pushed:
-                    state = FrameState(state.ra_offset + pushed, state.rbp_offset)
+                if pushed and state is not None:
+                    state = FrameState(state.ra_offset + pushed, state.rbp_offset, state.base)
         self._frame_states[svma] = state
         return state
 

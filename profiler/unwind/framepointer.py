@@ -31,19 +31,21 @@ def step_chain(rbp: int, sp: int, window: StackWindow) -> StepResult:
     return ra, rbp + 16, saved_rbp
 
 
-def step_first(state: FrameState | None, rsp: int, rbp: int, window: StackWindow) -> StepResult:
-    """Unwind the innermost frame using the prologue analysis of its function (None: unknown function)."""
+def step_first(state: FrameState | None, sp: int, rbp: int, window: StackWindow) -> StepResult:
+    """Unwind the innermost frame using the prologue analysis of its function (None: unknown function).
+    ``sp`` is rsp, or the value of the register ``state.base`` names (a copy of rsp kept before the
+    function realigned its stack)."""
     if state is None or state.ra_offset == FRAME_SET:
-        return step_chain(rbp, rsp, window)
-    ra = window.read(rsp + state.ra_offset)
+        return step_chain(rbp, sp, window)
+    ra = window.read(sp + state.ra_offset)
     if ra is None:
         return StopReason.WINDOW_EXHAUSTED if window.full else StopReason.BAD_FRAME
     if ra == 0:
         return StopReason.END_OF_STACK
     caller_rbp = rbp
     if state.rbp_offset is not None:
-        saved = window.read(rsp + state.rbp_offset)
+        saved = window.read(sp + state.rbp_offset)
         if saved is None:
             return StopReason.BAD_FRAME
         caller_rbp = saved
-    return ra, rsp + state.ra_offset + 8, caller_rbp
+    return ra, sp + state.ra_offset + 8, caller_rbp

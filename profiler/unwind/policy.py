@@ -179,7 +179,8 @@ class NativeUnwinder:
         step: StepResult
         state = entry.obj.frame_state(lookup - entry.module.bias) if entry and entry.obj else None
         if innermost or (state is not None and state.ra_offset != FRAME_SET):
-            step = step_first(state, sp, bp, window)
+            base = sp if state is None or state.base is None else regs[state.base]
+            step = step_first(state, base, bp, window) if base is not None else StopReason.BAD_FRAME
             if state is not None and state.ra_offset != FRAME_SET:
                 method = UnwindMethod.PROLOGUE
         else:

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from profiler.binary.elf import ElfFile
+from profiler.binary.objfile import ObjectFileCache
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
@@ -284,6 +285,25 @@ def test_samples_in_plt_stubs_without_cfi_unwind(tmp_path):
     [profile] = read_speedscope(out)
     exact, total = share(profile.stacks, lambda s: s[:1] == ("_start",) and ends_with(s, PARKED_IN_STUB))
     assert total > 0 and exact / total >= 0.95, profile.stacks
+
+
+def test_a_kernel_without_cfi_that_realigns_its_stack(tmp_path):
+    """OpenBLAS's gemm kernels have no CFI, use rbp as a loop counter, and realign rsp after keeping a copy
+    in rbx (tests/targets/realigned_kernel.c copies the pattern): their return address is found from that
+    copy. Read at a fixed offset from rsp, as if the `and` had not moved it, the walk of a numpy matrix
+    product stopped at the kernel in every sample ("end of stack"), its Python frames set under it."""
+    binary = build_c("realigned_kernel.c", str(tmp_path), ("-O2",), name="realigned_kernel")
+    kernel = ObjectFileCache().open(binary)
+    start, size = kernel.symbols.address_of("realigned_kernel")
+    assert size > 0 and all(kernel.unwind_rule(a) is None for a in range(start, start + size)), "it has CFI"
+    out = str(tmp_path / "realigned.speedscope.json")
+    with running_target([binary]) as target:
+        record(target.pid, out, "-r", "200", duration="1")
+    [profile] = read_speedscope(out)
+    chain = ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main", "drive", "realigned_kernel")
+    in_kernel = {s: w for s, w in profile.stacks.items() if s[-1] == "realigned_kernel"}
+    exact, total = share(in_kernel, lambda s: s == chain)
+    assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
 
 
 def test_c_without_frame_pointers_or_cfi(tmp_path):

@@ -71,6 +71,17 @@ SUB_RSP_0x20 = bytes.fromhex("4883ec20")
 NOP = bytes.fromhex("90")
 CALL_REL = bytes.fromhex("e800000000")
 LEAVE = bytes.fromhex("c9")
+# OpenBLAS's kernel prologue (kernel/x86_64 PROLOGUE, then the realignment of the gemm kernels)
+SUB_RSP_0x60 = bytes.fromhex("4883ec60")
+MOV_STORE_RBX = bytes.fromhex("48891c24")  # mov %rbx,(%rsp)
+MOV_STORE_RBP_8 = bytes.fromhex("48896c2408")  # mov %rbp,0x8(%rsp)
+MOV_RBX_RSP = bytes.fromhex("4889e3")  # mov %rsp,%rbx
+SUB_RSP_0x2000 = bytes.fromhex("4881ec00200000")
+AND_RSP_4096 = bytes.fromhex("4881e400f0ffff")  # and $-4096,%rsp
+MOV_RSP_RBX = bytes.fromhex("4889dc")  # mov %rbx,%rsp
+MOV_EBX_1 = bytes.fromhex("bb01000000")  # mov $1,%ebx
+LEA_RSP_RBP_0x28 = bytes.fromhex("488d65d8")  # lea -0x28(%rbp),%rsp
+JNZ_BACK = bytes.fromhex("75fe")
 POP_RBP = bytes.fromhex("5d")
 RET = bytes.fromhex("c3")
 
@@ -104,3 +115,49 @@ def test_layout_of_a_frameless_leaf():
     assert layout.state_at(at[0]) == FrameState(0, None)
     assert layout.state_at(at[2]) == FrameState(8 + 0x20, None)
     assert layout.state_at(at[4]) == FrameState(0, None)
+
+
+def test_layout_of_a_kernel_that_realigns_its_stack():
+    """After `and rsp, -4096` the return address is found from the copy of rsp kept in rbx (DWARF 3), and
+    the caller's rbp from the store that saved it; back from the copy, from rsp again."""
+    parts = [SUB_RSP_0x60, MOV_STORE_RBX, MOV_STORE_RBP_8, MOV_RBX_RSP, SUB_RSP_0x2000, AND_RSP_4096, JNZ_BACK,
+             NOP, MOV_RSP_RBX, NOP, RET]  # fmt: skip
+    at = addresses(0x3000, *parts)
+    layout = FunctionLayout(b"".join(parts), 0x3000)
+    assert layout.state_at(at[1]) == FrameState(0x60, None)
+    assert layout.state_at(at[3]) == FrameState(0x60, 8)  # rbp stored at rsp + 8
+    assert layout.state_at(at[5]) == FrameState(0x2060, 0x2008)  # before the `and`: rsp still known
+    assert layout.state_at(at[6]) == FrameState(0x60, 8, 3)  # realigned: from rbx
+    assert layout.state_at(at[7]) == FrameState(0x60, 8, 3)  # the body
+    assert layout.state_at(at[9]) == FrameState(0x60, 8)  # rsp restored from rbx
+    assert layout.state_at(at[10]) == FrameState(0, None)
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [SUB_RSP_0x60, AND_RSP_4096, NOP],  # no copy of rsp kept
+        [MOV_RBX_RSP, AND_RSP_4096, MOV_EBX_1, NOP],  # the copy overwritten (a write to ebx clears rbx)
+    ],
+)
+def test_layout_after_an_untracked_realignment_is_unknown(parts):
+    """Where nothing says how far rsp moved, the state is unknown (None: the rbp chain, as for a function
+    without analysis), not the offset from before the `and`."""
+    at = addresses(0x4000, *parts)
+    assert FunctionLayout(b"".join(parts), 0x4000).state_at(at[-1]) is None
+
+
+def test_layout_of_an_epilogue_from_rbp():
+    """gcc's `lea rsp, [rbp - n]` before popping the registers it saved puts rsp back at a known place."""
+    parts = [PUSH_RBP, MOV_RBP_RSP, PUSH_RBX, SUB_RSP_0x20, AND_RSP_4096, LEA_RSP_RBP_0x28, POP_RBP, NOP]
+    at = addresses(0x5000, *parts)
+    layout = FunctionLayout(b"".join(parts), 0x5000)
+    assert layout.state_at(at[5]).ra_offset == FRAME_SET
+    assert layout.state_at(at[7]) == FrameState(0x28, None)  # rsp = rbp - 0x28 = entry - 0x30; one pop
+
+
+def test_first_frame_from_a_copy_of_rsp():
+    """``step_first`` reads from the value of the state's base register, which the policy passes as sp."""
+    w = window({0x100: BASE + 0x300, 0x158: 0x404444})
+    expected = (0x404444, BASE + 0x160, BASE + 0x300)
+    assert step_first(FrameState(0x58, 0, 3), BASE + 0x100, BASE + 0x40, w) == expected

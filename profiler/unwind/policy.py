@@ -4,7 +4,9 @@ For each frame, the module holding its pc is looked up, then:
 
 1. **CFI** where the module's unwind table has a row for the pc (``profiler.unwind.cfi``);
 2. **frame pointers** otherwise: the innermost frame through prologue analysis (it may not have pushed
-   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``).
+   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``);
+3. **a stack scan** where that fails its checks or leads out of every module: the first word above the
+   frame that follows a call instruction, checked with capstone (``profiler.unwind.scan``).
 
 File-less code (a JIT's) has no table; there a return address into a known trampoline gets the rule of its
 fixed frame instead (``profiler.unwind.trampolines``), memoized like a table's.
@@ -39,6 +41,7 @@ from profiler.model import (
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
 from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
+from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, StackScan
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.trampolines import rule_before
 
@@ -88,6 +91,7 @@ class NativeUnwinder:
         #: keyed by the address looked up, since an innermost pc may equal another frame's return address - 1
         self._entered: dict[int, UnwindRule | None] = {}
         self._memo_modules = -1
+        self._stack_scan = StackScan(space)
 
     def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -99,6 +103,7 @@ class NativeUnwinder:
         if len(self.space.modules) != self._memo_modules or len(memo) + len(self._entered) >= MAX_MEMO:
             memo.clear()
             self._entered.clear()
+            self._stack_scan.forget()
             self._memo_modules = len(self.space.modules)
         max_frames = self.max_frames
         pc = regs[DW_RA] or 0
@@ -186,12 +191,42 @@ class NativeUnwinder:
         else:
             step = step_chain(bp, sp, window)
         if isinstance(step, StopReason):
-            return (StopReason.NO_UNWIND_INFO if step is StopReason.BAD_FRAME else step), method
+            if step is not StopReason.BAD_FRAME:
+                return step, method
+            scanned = self._scan(entry, lookup, innermost, sp, bp, window)
+            return (StopReason.NO_UNWIND_INFO, method) if scanned is None else (scanned, UnwindMethod.SCAN)
         ra, caller_sp, caller_bp = step
+        if method is UnwindMethod.FRAME_POINTER and self._lookup(ra - 1) is None:
+            scanned = self._scan(entry, lookup, innermost, sp, bp, window)  # the rbp chain led out of the code
+            if scanned is not None:
+                return scanned, UnwindMethod.SCAN
         # Without CFI nothing says where rbx and r12-r15 were saved: they become unknown.
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = caller_bp, caller_sp, ra
         return caller, method
+
+
+    def _lookup(self, avma: int) -> _Resolved | None:
+        hit = self._memo.get(avma)
+        return hit if hit is not None else self._resolve(avma, False)
+
+    def _scan(
+        self, entry: ModuleEntry | None, lookup: int, innermost: bool, sp: int, bp: int, window: StackWindow
+    ) -> Registers | None:
+        """The caller of a frame nothing else could step, from a search of the stack above it
+        (``scan.py``); None if no word there passes as its return address."""
+        callee_start = None
+        symbols = entry.obj.symbols if entry is not None and entry.obj is not None else None
+        hit = symbols.lookup(lookup - entry.bias) if symbols is not None and entry is not None else None
+        if hit is not None and entry is not None:
+            callee_start = hit[1] + entry.bias
+        found = self._stack_scan.find(sp, window, SCAN_WORDS_INNERMOST if innermost else SCAN_WORDS, callee_start)
+        if found is None:
+            return None
+        slot, ra = found
+        caller: Registers = [None] * NUM_DWARF_REGS
+        caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = bp, slot + 8, ra
+        return caller
 
 
 def _entered_at_start(obj: ObjectFile, svma: int) -> UnwindRule | None:

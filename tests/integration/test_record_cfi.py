@@ -306,6 +306,26 @@ def test_a_kernel_without_cfi_that_realigns_its_stack(tmp_path):
     assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
 
 
+def test_a_kernel_only_a_stack_scan_can_step(tmp_path):
+    """No CFI, rbp a loop counter, and rsp realigned with its old value kept only in memory: nothing says
+    where the return address is, and the walk ended at the kernel ("no unwind info"). A scan of the stack
+    above rsp finds it, passing over a stale return address of a call to another function
+    (tests/targets/scan_kernel.c)."""
+    binary = build_c("scan_kernel.c", str(tmp_path), ("-O2",), name="scan_kernel")
+    kernel = ObjectFileCache().open(binary)
+    start, size = kernel.symbols.address_of("opaque_kernel")
+    assert size > 0 and all(kernel.unwind_rule(a) is None for a in range(start, start + size)), "it has CFI"
+    assert kernel.frame_state(start + 9) is None, "prologue analysis knows where its return address is"
+    out = str(tmp_path / "scan.speedscope.json")
+    with running_target([binary]) as target:
+        record(target.pid, out, "-r", "200", duration="1")
+    [profile] = read_speedscope(out)
+    chain = ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main", "drive", "opaque_kernel")
+    in_kernel = {s: w for s, w in profile.stacks.items() if s[-1] == "opaque_kernel"}
+    exact, total = share(in_kernel, lambda s: s == chain)
+    assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
+
+
 def test_c_without_frame_pointers_or_cfi(tmp_path):
     """Code with neither CFI nor frame pointers (-fno-asynchronous-unwind-tables and no -g, as rustc's main
     shim under panic=abort): each caller frame is unwound from its function's code, the stack offset of

@@ -17,7 +17,7 @@ Code layout of the fake process (svma = avma: bias 0)::
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from profiler.binary.cfi import UnwindRule, UnwindTable
 from profiler.binary.prologue import FrameState
@@ -77,6 +77,21 @@ def app_table() -> UnwindTable:
 @dataclass
 class FakeObject:
     table: UnwindTable | None
+    symbols: FakeSymbols | None = None
+    code: dict[int, bytes] = field(default_factory=dict)  #: svma -> the instruction bytes placed there
+    sections: dict[str, object] = field(default_factory=dict)  #: no PLT
+
+    @property
+    def elf(self) -> FakeObject:
+        return self
+
+    def read_svma(self, svma: int, size: int) -> bytes:
+        image = bytearray(size)
+        for at, data in self.code.items():
+            for i, byte in enumerate(data):
+                if svma <= at + i < svma + size:
+                    image[at + i - svma] = byte
+        return bytes(image)
 
     def unwind_rule(self, svma: int) -> UnwindRule | None:
         return self.table.rule_for(svma) if self.table is not None else None
@@ -86,6 +101,14 @@ class FakeObject:
 
     def function_start(self, svma: int) -> int | None:
         return self.table.fde_start(svma) if self.table is not None else None
+
+
+@dataclass
+class FakeSymbols:
+    functions: list[tuple[str, int, int]]  #: (name, start, end)
+
+    def lookup(self, svma: int) -> tuple[str, int, int] | None:
+        return next((f for f in self.functions if f[1] <= svma < f[2]), None)
 
 
 class FakeSpace:
@@ -270,3 +293,68 @@ def test_signal_frame_restores_every_register() -> None:
     assert rule is not None and rule.signal
     caller = step_cfi(rule, registers(rip=0x3050, rsp=STACK), s.window())
     assert caller == [0x1000 + reg for reg in range(NUM_DWARF_REGS)]
+
+
+# x86-64 calls (Intel SDM vol. 2, CALL): FF /2 through a register, and E8 with a 32-bit displacement
+CALL_RAX = bytes.fromhex("ffd0")
+
+
+def call_rel32(at: int, target: int) -> bytes:
+    """``call target`` placed at ``at``: E8 and the displacement from the next instruction."""
+    return b"\xe8" + struct.pack("<i", target - (at + 5))
+
+
+def scanning_space(code: dict[int, bytes]) -> FakeSpace:
+    """The app module with code bytes placed, and a symbol for the function at 0x2000 (no CFI, no analysis)."""
+    space = FakeSpace()
+    app = space.entries[0]
+    obj = FakeObject(app_table(), FakeSymbols([("kernel", 0x2000, 0x2100), ("other", 0x3000, 0x3040)]), code)
+    space.entries[0] = ModuleEntry(app.start, app.end, app.module, obj)  # type: ignore[arg-type]
+    return space
+
+
+def test_a_frame_nothing_else_steps_is_found_by_a_scan() -> None:
+    """JIT code with a junk rbp: the first word above rsp that follows a call is its return address; data
+    words (a stack address, a number) are passed over."""
+    s = Stack()
+    s.put(STACK + 0x00, STACK + 0x80)  # a stack address
+    s.put(STACK + 0x08, 0x1234)  # in the app, but after no call
+    s.put(STACK + 0x10, 0x1310)  # after `call *%rax`, into _start (whose CFI ends the walk)
+    space = scanning_space({0x1310 - 2: CALL_RAX})
+    regs = registers(rip=0x5010, rsp=STACK, rbp=0x1234)
+    out = NativeUnwinder(space).unwind(regs, s.window())  # type: ignore[arg-type]
+    assert described(out.frames) == [(1, 0x5010, "IP"), (0, 0x130F, "SCAN")]
+    assert out.stop == StopReason.END_OF_STACK
+
+
+def test_a_scan_passes_over_a_stale_return_address_from_a_call_to_another_function() -> None:
+    """A return address an earlier call left on the stack follows a real call, but one to "other", not to
+    the function being stepped ("kernel", entered by a direct call from _start's code)."""
+    s = Stack()
+    s.put(STACK + 0x00, 0x1158)  # stale: after `call other`
+    s.put(STACK + 0x18, 0x1310)  # after `call kernel`
+    space = scanning_space({0x1153: call_rel32(0x1153, 0x3000), 0x130B: call_rel32(0x130B, 0x2000)})
+    regs = registers(rip=0x2010, rsp=STACK, rbp=0x1234)
+    out = NativeUnwinder(space).unwind(regs, s.window())  # type: ignore[arg-type]
+    assert described(out.frames) == [(0, 0x2010, "IP"), (0, 0x130F, "SCAN")]
+
+
+def test_a_frame_pointer_chain_that_leads_out_of_the_code_is_scanned_instead() -> None:
+    """rbp held data that passes the chain's checks (aligned, above rsp, in the copy): the return address it
+    gives is in no module, so the frame is found by a scan rather than ending the walk there."""
+    s = Stack()
+    s.put(STACK + 0x08, 0x1310)  # after `call kernel`
+    s.put(STACK + 0x40, STACK + 0x80)  # [rbp]
+    s.put(STACK + 0x48, 0x9999)  # [rbp + 8]: no code
+    space = scanning_space({0x1310 - 5: call_rel32(0x1310 - 5, 0x2000)})
+    regs = registers(rip=0x2010, rsp=STACK, rbp=STACK + 0x40)
+    out = NativeUnwinder(space).unwind(regs, s.window())  # type: ignore[arg-type]
+    assert described(out.frames) == [(0, 0x2010, "IP"), (0, 0x130F, "SCAN")]
+
+
+def test_a_scan_that_finds_nothing_is_no_unwind_info() -> None:
+    s = Stack()
+    s.put(STACK + 0x00, 0x1310)  # code, but after no call
+    regs = registers(rip=0x2010, rsp=STACK, rbp=0x1234)
+    out = NativeUnwinder(scanning_space({})).unwind(regs, s.window())  # type: ignore[arg-type]
+    assert out.stop == StopReason.NO_UNWIND_INFO and len(out.frames) == 1

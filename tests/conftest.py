@@ -170,6 +170,12 @@ def sighandler_nofp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def asm_kernels(build_dir) -> str:
+    """Kernels without CFI for the unwinder's fallbacks (tests/targets/asm_kernels.c)."""
+    return build_c("asm_kernels.c", build_dir, ("-O2",), name="asm_kernels")
+
+
+@pytest.fixture(scope="session")
 def duty_fp(build_dir) -> str:
     return build_c("duty.c", build_dir, FRAME_POINTERS, name="duty-fp")
 

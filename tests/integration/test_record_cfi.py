@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from profiler.binary.elf import ElfFile
-from profiler.binary.objfile import ObjectFileCache
+from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
@@ -287,43 +287,42 @@ def test_samples_in_plt_stubs_without_cfi_unwind(tmp_path):
     assert total > 0 and exact / total >= 0.95, profile.stacks
 
 
-def test_a_kernel_without_cfi_that_realigns_its_stack(tmp_path):
-    """OpenBLAS's gemm kernels have no CFI, use rbp as a loop counter, and realign rsp after keeping a copy
-    in rbx (tests/targets/realigned_kernel.c copies the pattern): their return address is found from that
-    copy. Read at a fixed offset from rsp, as if the `and` had not moved it, the walk of a numpy matrix
-    product stopped at the kernel in every sample ("end of stack"), its Python frames set under it."""
-    binary = build_c("realigned_kernel.c", str(tmp_path), ("-O2",), name="realigned_kernel")
-    kernel = ObjectFileCache().open(binary)
-    start, size = kernel.symbols.address_of("realigned_kernel")
-    assert size > 0 and all(kernel.unwind_rule(a) is None for a in range(start, start + size)), "it has CFI"
-    out = str(tmp_path / "realigned.speedscope.json")
-    with running_target([binary]) as target:
+def kernel_without_cfi(binary: str, kernel: str) -> tuple[ObjectFile, int]:
+    """``binary``'s object file and the start of ``kernel``, checked to have no CFI."""
+    obj = ObjectFileCache().open(binary)
+    start, size = obj.symbols.address_of(kernel)
+    assert size > 0 and all(obj.unwind_rule(a) is None for a in range(start, start + size)), "it has CFI"
+    return obj, start
+
+
+def assert_kernel_chain(tmp_path, binary: str, kernel: str) -> None:
+    """At least 95% of the kernel's samples, nearly all the samples, show main -> drive -> the kernel."""
+    out = str(tmp_path / f"{kernel}.speedscope.json")
+    with running_target([binary, kernel.removesuffix("_kernel")]) as target:
         record(target.pid, out, "-r", "200", duration="1")
     [profile] = read_speedscope(out)
-    chain = ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main", "drive", "realigned_kernel")
-    in_kernel = {s: w for s, w in profile.stacks.items() if s[-1] == "realigned_kernel"}
+    chain = ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main", "drive", kernel)
+    in_kernel = {s: w for s, w in profile.stacks.items() if s[-1] == kernel}
     exact, total = share(in_kernel, lambda s: s == chain)
     assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
 
 
-def test_a_kernel_only_a_stack_scan_can_step(tmp_path):
+def test_a_kernel_without_cfi_that_realigns_its_stack(tmp_path, asm_kernels):
+    """OpenBLAS's gemm kernels have no CFI, use rbp as a loop counter, and realign rsp after keeping a copy
+    in rbx: their return address is found from that copy. Read at a fixed offset from rsp, as if the `and`
+    had not moved it, the walk of a numpy matrix product stopped at the kernel in every sample ("end of
+    stack"), its Python frames set under it."""
+    kernel_without_cfi(asm_kernels, "realigned_kernel")
+    assert_kernel_chain(tmp_path, asm_kernels, "realigned_kernel")
+
+
+def test_a_kernel_only_a_stack_scan_can_step(tmp_path, asm_kernels):
     """No CFI, rbp a loop counter, and rsp realigned with its old value kept only in memory: nothing says
     where the return address is, and the walk ended at the kernel ("no unwind info"). A scan of the stack
-    above rsp finds it, passing over a stale return address of a call to another function
-    (tests/targets/scan_kernel.c)."""
-    binary = build_c("scan_kernel.c", str(tmp_path), ("-O2",), name="scan_kernel")
-    kernel = ObjectFileCache().open(binary)
-    start, size = kernel.symbols.address_of("opaque_kernel")
-    assert size > 0 and all(kernel.unwind_rule(a) is None for a in range(start, start + size)), "it has CFI"
-    assert kernel.frame_state(start + 9) is None, "prologue analysis knows where its return address is"
-    out = str(tmp_path / "scan.speedscope.json")
-    with running_target([binary]) as target:
-        record(target.pid, out, "-r", "200", duration="1")
-    [profile] = read_speedscope(out)
-    chain = ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main", "drive", "opaque_kernel")
-    in_kernel = {s: w for s, w in profile.stacks.items() if s[-1] == "opaque_kernel"}
-    exact, total = share(in_kernel, lambda s: s == chain)
-    assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
+    above rsp finds it, passing over a stale return address of a call to another function."""
+    obj, start = kernel_without_cfi(asm_kernels, "opaque_kernel")
+    assert obj.frame_state(start + 9) is None, "prologue analysis knows where its return address is"
+    assert_kernel_chain(tmp_path, asm_kernels, "opaque_kernel")
 
 
 def test_c_without_frame_pointers_or_cfi(tmp_path):

@@ -26,6 +26,7 @@ from profiler.sampling.session import Session
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
+from profiler.symbolize.missing import missing_symbol_notices
 from profiler.target.procfs import printable
 
 #: seconds the DWARF line/inline resolution of one recording may take; frames not reached by then keep
@@ -52,6 +53,8 @@ class Symbolized:
     inlined: dict[int, list[FrameInfo]]  #: frame id -> the inlined calls inside it, outermost first
     #: one line per module whose DWARF could not be read whole: its frames there may lack lines or inlines
     notices: list[str] = dataclasses.field(default_factory=list)
+    #: frame id -> module id, for native frames of file-backed modules that nothing named (``module+0x…``)
+    unnamed: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def symbolize(
@@ -77,29 +80,32 @@ def symbolize(
             out[fid] = FrameInfo(f"[{int(addresses[fid])}]")
     deadline = time.monotonic() + dwarf_budget
     notices: list[str] = []
+    unnamed: dict[int, int] = {}
     for mid, fids in by_module.items():
         module = session.modules[mid] if 0 <= mid < len(session.modules) else None
         rels = [int(a) for a in addresses[fids]]
-        names = _symbol_names(module, objects.get(mid), rels)
+        names, named = _symbol_names(module, objects.get(mid), rels)
         lines = _dwarf_frames(objects.get(mid), rels, deadline, notices)
         label = module_label(module) if module is not None else None
-        for fid, name, chain in zip(fids, names, lines):
+        for fid, name, chain, has_name in zip(fids, names, lines, named):
             if chain:
                 out[fid] = dataclasses.replace(chain[0], module=label)
                 if len(chain) > 1:
                     inlined[fid] = [dataclasses.replace(f, module=label) for f in chain[1:]]
             else:
                 out[fid] = FrameInfo(name, module=label)
+                if not has_name and module is not None and module.file_backed:
+                    unnamed[fid] = mid
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
     _mark_interpreter_frames(session, infos, inlined, agents or {}, kinds, modules, addresses)
-    return Symbolized(infos, inlined, notices)
+    return Symbolized(infos, inlined, notices, unnamed)
 
 
-def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> list[str]:
+def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]) -> tuple[list[str], list[bool]]:
     """Symbol-table names (a function's, else an assembly label's, else ``name@plt`` in a PLT stub), or
     ``module+0xoffset`` where none covers the address: the offset of the function's start where the CFI
     delimits it, so that a stripped function is one frame, not one per address sampled in it (its top-table
-    line was split into as many lines), else of the address itself."""
+    line was split into as many lines), else of the address itself. With them, whether each is a name."""
     symbols = obj.symbols if obj is not None else None
     hits = symbols.lookup_many(rels) if symbols is not None and len(symbols) else [None] * len(rels)
     if symbols is not None and None in hits:
@@ -127,7 +133,8 @@ def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]
         else:
             start = obj.function_start(rel) if obj is not None else None
             out.append(f"{label}+0x{rel if start is None else start:x}")
-    return out
+    named = [h is not None or c is not None or s is not None for h, c, s in zip(hits, labels, stubs)]
+    return out, named
 
 
 def _dwarf_frames(
@@ -198,10 +205,12 @@ def resolve(
     session: Session, objects: Mapping[int, ObjectFile], agents: Mapping[str, AgentSession] | None = None
 ) -> list[str]:
     """Symbolize in place, so exporters and the session file see names. Returns what the user must be told
-    (files whose DWARF could not be read whole), also kept in the session's notices."""
+    (files whose DWARF could not be read whole; modules whose functions without a name much of the profile
+    ran in, and what names them), also kept in the session's notices."""
     result = symbolize(session, objects, agents)
     session.frame_info = result.frames
     session.inlined = result.inlined
-    notices = [printable(n) for n in result.notices]  # they name files, by paths from the maps
+    missing = missing_symbol_notices(session, result.unnamed, objects)
+    notices = [printable(n) for n in result.notices + missing]  # they name files, by paths from the maps
     session.meta.notices.extend(notices)
     return notices

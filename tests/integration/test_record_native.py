@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -12,12 +13,13 @@ from collections import Counter
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from profiler.binary.elf import ElfFile
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share
 from profiler.target import procfs
 from tests.support.targets import (
-    FRAME_POINTERS, NOT_UTF8_NAME, assert_running_free, build_c, nprof_command, run_nprof,
+    FRAME_POINTERS, NO_FRAME_POINTERS, NOT_UTF8_NAME, assert_running_free, build_c, nprof_command, run_nprof,
     run_nprof_without_map_files, running_target, stop, thread_states, wait_until,
 )  # fmt: skip
 
@@ -283,6 +285,30 @@ def test_a_library_loaded_where_another_was_is_named_from_its_own_file(swapped_l
     a, total = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_a")))
     b, _ = share(profile.stacks, lambda s: ends_with(s, ("main", "run_library", "hot", "work_b")))
     assert a / total >= 0.4 and b / total >= 0.4, f"work_a {a}/{total}, work_b {b}/{total}"
+
+
+def test_a_profile_mostly_in_a_stripped_library_says_so(loader_and_libs, build_dir, tmp_path):
+    """Frames in functions no symbol covers show as ``module+0xOFFSET``: a profile led by
+    ``libz.so.1.2.13+0x5d80`` (zlib's deflate, Debian strips it) said nothing of why, or of what names it.
+    The end of the recording says which module, how much of the profile, and that it is stripped."""
+    loader, _ = loader_and_libs
+    lib = build_c("loaded_lib.c", build_dir, (*NO_FRAME_POINTERS, "-shared", "-fPIC", "-DWORK_LINKAGE=static"),
+                  name="stripped_lib.so")  # fmt: skip
+    subprocess.run(["strip", "--strip-all", lib], check=True)
+    assert ".symtab" not in ElfFile(lib).sections
+    out = str(tmp_path / "stripped.speedscope.json")
+    with running_target([loader, "1000", lib]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-r", "200", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert target.wait(timeout=30) == 0
+    [profile] = read_speedscope(out)
+    unnamed, total = share(profile.stacks, lambda s: s[-1].startswith("stripped_lib.so+0x"))
+    assert unnamed / total >= 0.5, profile.stacks
+    notice = re.search(r"nprof: ([\d.]+)% of the samples ran in functions of stripped_lib.so that have no symbol, "
+                       r"shown as stripped_lib.so\+0xOFFSET: (\S+) is stripped and no debug file for build-id "
+                       r"([0-9a-f]+) was found under /usr/lib/debug\n", result.stderr)  # fmt: skip
+    assert notice is not None, result.stderr
+    assert float(notice.group(1)) >= 50 and notice.group(2) == lib and notice.group(3) == ElfFile(lib).build_id
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chroot") is None, reason="chroot(2) needs root")

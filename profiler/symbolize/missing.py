@@ -1,0 +1,137 @@
+"""What the end of a recording says when much of the profile ran in functions without a name: which module
+(stripped of its symbol table, with no debug file found for it), how much of the profile, and what would
+name them. Such frames show as ``module+0xOFFSET``; a top table led by ``libz.so.1.2.13+0x5d80`` is of little
+use until the reader knows that a package installs the names.
+
+On Debian and Ubuntu the package that shipped the file is asked of dpkg, and the debug package of it of
+apt: ``<package>-dbg`` where the distribution ships one (``libc6-dbg``), else the automatic
+``<package>-dbgsym`` of its debug archive (Debian's debian-debug, Ubuntu's ddebs), which apt may not know
+until that archive is added.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Mapping
+
+from profiler.binary.objfile import ObjectFile
+from profiler.model import IDLE_CLASSES
+from profiler.sampling.session import Session
+
+#: a module is named when at least this share of the samples (idle ones left out, as in the top table), and
+#: this many, ran in its functions without a name: as for the notices of sampling/notices.py, below 1% no
+#: line of the top table is at stake, and a handful of samples is noise
+NOTICE_SHARE = 0.01
+NOTICE_MIN_SAMPLES = 10
+#: seconds dpkg-query and apt-cache may take (apt-cache reads every package list: 0.6 s measured here)
+PACKAGE_QUERY_TIMEOUT = 10.0
+
+
+def missing_symbol_notices(
+    session: Session, unnamed: Mapping[int, int], objects: Mapping[int, ObjectFile]
+) -> list[str]:
+    """One line per module whose unnamed functions (``unnamed``: frame id -> module id) were on the stack of
+    enough samples, most first."""
+    if not unnamed:
+        return []
+    idle = {int(c) for c in IDLE_CLASSES}
+    modules_of: dict[int, frozenset[int]] = {}  # stack id -> modules with an unnamed frame on it
+    hits: Counter[int] = Counter()
+    total = 0
+    for (_thread, sid, _stop, cls), n in session.samples.items():
+        if cls in idle:
+            continue
+        total += n
+        found = modules_of.get(sid)
+        if found is None:
+            found = modules_of[sid] = frozenset(unnamed[f] for f in session.stacks.frames(sid) if f in unnamed)
+        for mid in found:
+            hits[mid] += n
+    due = [(mid, n) for mid, n in hits.most_common() if n >= NOTICE_MIN_SAMPLES and n >= NOTICE_SHARE * total]
+    if not due:
+        return []
+    packages = _debug_packages([objects[mid] for mid, _n in due if mid in objects])
+    notices = []
+    for mid, n in due:
+        module = session.modules[mid]
+        label = os.path.basename(module.path)
+        obj = objects.get(mid)
+        advice = packages.get(obj.path, "") if obj is not None else ""  # (stripped files only)
+        notices.append(f"{100 * n / total:.1f}% of the samples ran in functions of {label} that have no symbol, "
+                       f"shown as {label}+0xOFFSET: {_why(module.path, obj)}{advice}")  # fmt: skip
+    return notices
+
+
+def _why(path: str, obj: ObjectFile | None) -> str:
+    if obj is None:
+        return f"{path} could not be read"
+    if ".symtab" in obj.elf.sections:
+        return f"no symbol of {path} covers them"
+    build_id = f" for build-id {obj.build_id}" if obj.build_id else ""
+    return f"{path} is stripped and no debug file{build_id} was found under /usr/lib/debug"
+
+
+def _debug_packages(objects: list[ObjectFile]) -> dict[str, str]:
+    """Path -> the advice that names the package to install, for stripped files of this system's dpkg
+    database; files of a target with another root (a container) are left out: its packages are not this
+    system's."""
+    shipped: dict[str, str] = {}
+    for obj in objects:
+        if _same_root(obj.root) and ".symtab" not in obj.elf.sections:
+            package = _package_of(obj.path)
+            if package is not None:
+                shipped[obj.path] = package
+    if not shipped:
+        return {}
+    known = _apt_knows([f"{p}{suffix}" for p in set(shipped.values()) for suffix in ("-dbg", "-dbgsym")])
+    advice = {}
+    for path, package in shipped.items():
+        name = next((f"{package}{s}" for s in ("-dbg", "-dbgsym") if f"{package}{s}" in known), None)
+        if name is not None:
+            advice[path] = f"; `apt install {name}` installs its names"
+        else:
+            advice[path] = (f"; its names are in the {package}-dbgsym package of the distribution's debug archive "
+                            "(Debian: debian-debug; Ubuntu: ddebs)")  # fmt: skip
+    return advice
+
+
+def _same_root(root: str) -> bool:
+    """Whether the target's root directory (``/proc/PID/root``) is nprof's: its paths then name this
+    system's files."""
+    try:
+        theirs, ours = os.stat(root), os.stat("/")
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def _package_of(path: str) -> str | None:
+    """The dpkg package that shipped ``path``: asked by the path as mapped, and as it was before /usr was
+    merged (/usr/lib/x86_64-linux-gnu/libz.so.1 is /lib/x86_64-linux-gnu/libz.so.1 in dpkg's database)."""
+    candidates = [path]
+    if path.startswith("/usr/"):
+        candidates.append(path[4:])
+    for candidate in candidates:
+        out = _run(["dpkg-query", "-S", candidate])
+        for line in out.splitlines():
+            owners, sep, _rest = line.partition(": ")
+            if sep and not line.startswith("diversion "):
+                return owners.split(",")[0].strip().split(":")[0]
+    return None
+
+
+def _apt_knows(names: list[str]) -> set[str]:
+    """Which of ``names`` apt has a package of (one ``apt-cache show`` for them all)."""
+    out = _run(["apt-cache", "show", "--no-all-versions", *sorted(names)])
+    return {line[9:].strip() for line in out.splitlines() if line.startswith("Package: ")}
+
+
+def _run(argv: list[str]) -> str:
+    """A query's standard output; empty if the tool is missing, fails to start, or runs too long."""
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=PACKAGE_QUERY_TIMEOUT)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return result.stdout

@@ -1,0 +1,66 @@
+"""The notice naming modules much of a profile ran in without function names (symbolize/missing.py)."""
+
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+from profiler.model import FrameKind, Module, SampleClass, StopReason
+from profiler.sampling.session import Session, SessionMeta
+from profiler.symbolize.missing import _package_of, missing_symbol_notices
+
+APP, LIB = 0, 1
+
+
+def session_with(samples: list[tuple[tuple[tuple[int, int], ...], SampleClass, int]]) -> tuple[Session, dict[int, int]]:
+    """A session of native stacks ((module, rel) innermost first), and LIB's frames marked unnamed."""
+    session = Session(SessionMeta(pid=1, command=["app"]))
+    session.modules = [Module(APP, "/usr/bin/app", None, 0, 0, 0), Module(LIB, "/usr/lib/libx.so.1", "ab12", 0, 0, 0)]
+    for frames, cls, n in samples:
+        sid = session.intern_stack(tuple((FrameKind.NATIVE, m, rel, 0) for m, rel in frames))
+        session.add_sample(0, sid, StopReason.END_OF_STACK, cls, n)
+    unnamed = {fid: LIB for fid in range(len(session.frames.kinds())) if session.frames.key(fid)[1] == LIB}
+    return session, unnamed
+
+
+def object_file(symtab: bool) -> SimpleNamespace:
+    """What the notice reads of an ObjectFile; a root that is not nprof's keeps dpkg out of it."""
+    sections = {".symtab": None} if symtab else {}
+    return SimpleNamespace(path="/usr/lib/libx.so.1", root="/nonexistent", build_id="ab12",
+                           elf=SimpleNamespace(sections=sections))  # fmt: skip
+
+
+def test_the_share_counts_samples_that_ran_not_idle_ones():
+    """30 of 100 running samples have the library's unnamed function on their stack; 500 idle ones too,
+    left out, as the top table leaves them out."""
+    in_lib = ((LIB, 0x10), (APP, 0x20))
+    session, unnamed = session_with([(in_lib, SampleClass.RUNNING, 30), (((APP, 0x30),), SampleClass.RUNNING, 70),
+                                     (in_lib, SampleClass.BLOCKED, 500)])  # fmt: skip
+    [notice] = missing_symbol_notices(session, unnamed, {LIB: object_file(symtab=False)})
+    assert notice == ("30.0% of the samples ran in functions of libx.so.1 that have no symbol, shown as "
+                      "libx.so.1+0xOFFSET: /usr/lib/libx.so.1 is stripped and no debug file for build-id ab12 "
+                      "was found under /usr/lib/debug")  # fmt: skip
+
+
+@pytest.mark.parametrize("n, total", [(9, 100), (10, 1001)])
+def test_too_few_samples_say_nothing(n, total):
+    """Fewer than 10 samples, or under 1% of them: noise, or no line of the top table at stake."""
+    session, unnamed = session_with([(((LIB, 0x10),), SampleClass.RUNNING, n),
+                                     (((APP, 0x30),), SampleClass.RUNNING, total - n)])  # fmt: skip
+    assert missing_symbol_notices(session, unnamed, {LIB: object_file(symtab=False)}) == []
+
+
+def test_a_module_with_a_symbol_table_is_not_called_stripped():
+    """Code no symbol covers in a file that has a symbol table (assembly without symbols)."""
+    session, unnamed = session_with([(((LIB, 0x10),), SampleClass.RUNNING, 50)])
+    [notice] = missing_symbol_notices(session, unnamed, {LIB: object_file(symtab=True)})
+    assert notice.endswith(": no symbol of /usr/lib/libx.so.1 covers them")
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="not a dpkg system")
+def test_the_package_of_a_file_is_found_by_its_path_before_the_usr_merge():
+    """dpkg's database lists libc as /lib/x86_64-linux-gnu/libc.so.6; the maps give /usr/lib/..."""
+    assert _package_of("/usr/lib/x86_64-linux-gnu/libc.so.6") == "libc6"
+    assert _package_of("/nonexistent/libnothing.so") is None

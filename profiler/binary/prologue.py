@@ -45,13 +45,17 @@ class FrameState:
 
 _ENTRY = FrameState(0, None)
 
+#: sweeps of one function at most: the second gives a block entered only by a later branch that branch's
+#: state; a third, a block entered from one that the second sweep corrected
+MAX_SWEEPS = 3
+
 #: the callee-saved registers (System V psABI, "Registers") whose copy of rsp the sweep follows, by the names
 #: capstone gives their parts, with their DWARF numbers (model.py). Callee-saved: a call leaves them as they
 #: were, so only the function's own instructions can change them, and those are seen by the sweep
-_COPY_REGISTERS = {"rbx": 3, "r12": 12, "r13": 13, "r14": 14, "r15": 15}
-_PARTS = {part: reg for reg in ("rbx", "r12", "r13", "r14", "r15")
-          for part in ((reg, "e" + reg[1:], reg[1:], "bl", "bh") if reg == "rbx"
-                       else (reg, reg + "d", reg + "w", reg + "b"))}  # fmt: skip
+_COPY_REGISTERS = {"rbx": 3, "rbp": 6, "r12": 12, "r13": 13, "r14": 14, "r15": 15}
+_PARTS = {"rbx": "rbx", "ebx": "rbx", "bx": "rbx", "bl": "rbx", "bh": "rbx",
+          "rbp": "rbp", "ebp": "rbp", "bp": "rbp", "bpl": "rbp",
+          **{part: reg for reg in ("r12", "r13", "r14", "r15") for part in (reg, reg + "d", reg + "w", reg + "b")}}
 #: instructions that read their first operand without writing it
 _READ_ONLY = frozenset({"cmp", "test", "push", "bt"})
 #: ``mov qword ptr [rsp + n], rbp``: rbp saved by a store rather than a push
@@ -106,29 +110,79 @@ def _imm(text: str) -> int | None:
 
 
 class FunctionLayout:
-    """Frame states at every instruction boundary of one function, from one capstone sweep."""
+    """Frame states at every instruction boundary of one function, from a capstone sweep.
+
+    Code after a ``ret`` or an unconditional ``jmp`` is reached only by a branch: it starts in the state of
+    the first direct branch to it that the sweep saw; where none is known, in the state at the last
+    indirect jump before it (a jump table's cases follow it), else in the body state. A block started so
+    takes a branch's state as soon as it falls into an instruction a branch leads to, and a second sweep
+    gives blocks reached only by a later branch (a loop entered from below) that branch's state. Against
+    the CFI of libc and libpython 3.12 (tests/unit/test_prologue_differential.py), the offsets agree at
+    99.8% and 99.5% of the instructions compared, 97.3% and 96.2% with the body state alone."""
 
     def __init__(self, code: bytes, start: int) -> None:
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        instructions = list(md.disasm_lite(code, start))
+        end = start + len(code)
+        earlier: dict[int, _Sweep] = {}
+        for _sweep in range(MAX_SWEEPS):
+            branched: dict[int, _Sweep] = {}
+            guessed = self._sweep(instructions, start, end, branched, earlier)
+            if not any(addr in branched for addr in guessed):
+                break  # no block was given the body state that a branch found since says otherwise
+            earlier = branched
+
+    def _sweep(
+        self,
+        instructions: list[tuple[int, int, str, str]],
+        start: int,
+        end: int,
+        branched: dict[int, _Sweep],
+        earlier: dict[int, _Sweep],
+    ) -> list[int]:
+        """One pass: fills the states, fills ``branched`` (target -> the state of the first direct branch to
+        it), looking a block up there, else in ``earlier`` (the last pass's), and returns the addresses that
+        started in the body state for want of a branch to them."""
         self._addrs: list[int] = []
         self._states: list[FrameState | None] = []
         self._rets: set[int] = set()
-        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         sweep = _Sweep()
         body: _Sweep | None = None
-        for addr, _size, mnemonic, op_str in md.disasm_lite(code, start):
+        reached = True  # by falling through from the instruction before
+        guessing = False  # the state is the body state's, for want of a branch to the block
+        switch: _Sweep | None = None  # the state at the last indirect jump
+        guessed: list[int] = []
+        for addr, _size, mnemonic, op_str in instructions:
+            if not reached:
+                known = branched.get(addr) or earlier.get(addr)
+                padding = known is None and (mnemonic.startswith("nop") or mnemonic == "int3")
+                if known is None and not padding:
+                    guessed.append(addr)
+                sweep = (known or switch or body or _Sweep()).copy()
+                reached = not padding  # alignment before a branch target: the target is looked up
+                guessing = known is None
+            elif guessing:  # a guessed block falls into one a branch says the state of
+                known = branched.get(addr) or earlier.get(addr)
+                if known is not None:
+                    sweep, guessing = known.copy(), False
             self._record(addr, sweep.state())
+            if mnemonic.startswith("j"):
+                target = _imm(op_str)
+                if target is not None and start <= target < end and target not in branched:
+                    branched[target] = sweep.copy()
             if mnemonic in ("ret", "retq", "jmp") or (mnemonic == "ud2"):
                 if mnemonic in ("ret", "retq"):
                     self._rets.add(addr)
-                sweep = (body or _Sweep()).copy()
+                elif mnemonic == "jmp" and _imm(op_str) is None and not guessing:
+                    switch = sweep.copy()  # a jump table's: its cases follow, entered in this state
+                reached = False
                 continue
             if mnemonic.startswith("j") or mnemonic == "call":
                 if body is None:
                     body = sweep.copy()  # the first branch ends the prologue
                 continue
             self._step(sweep, mnemonic, op_str)
-        if body is None:
-            body = sweep
+        return guessed
 
     def _record(self, addr: int, state: FrameState | None) -> None:
         if not self._states or self._states[-1] != state:
@@ -155,6 +209,7 @@ class FunctionLayout:
                 s.delta = s.rbp_saved_at - 8
             s.rbp_saved_at = None
             s.frame_set = False
+            s.copies.pop("rbp", None)
             return
         elif op_str.startswith("rsp, "):  # rsp written
             source = op_str[5:]
@@ -168,8 +223,11 @@ class FunctionLayout:
                 s.delta = None  # `and rsp, -N`, `sub rsp, rax`, ...: unknown from here
             return
         elif mnemonic == "mov" and op_str == "rbp, rsp":
-            if s.rbp_saved_at is not None:
-                s.frame_set = True
+            s.copies.pop("rbp", None)
+            if s.rbp_saved_at is not None and delta == s.rbp_saved_at:
+                s.frame_set = True  # rbp points at the caller's rbp, the return address above it
+            elif delta is not None:
+                s.copies["rbp"] = delta  # a copy of rsp further down, not a frame (glibc's sigwait)
             return
         elif mnemonic == "mov" and delta is not None and s.rbp_saved_at is None and not s.frame_set:
             m = _RBP_STORE.match(op_str)

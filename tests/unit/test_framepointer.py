@@ -161,3 +161,25 @@ def test_first_frame_from_a_copy_of_rsp():
     w = window({0x100: BASE + 0x300, 0x158: 0x404444})
     expected = (0x404444, BASE + 0x160, BASE + 0x300)
     assert step_first(FrameState(0x58, 0, 3), BASE + 0x100, BASE + 0x40, w) == expected
+
+
+def test_a_block_after_a_jump_takes_the_state_of_the_branches_to_it():
+    """A function that tests its argument before its prologue (gcc's shrink-wrapping), with a loop entered
+    from below: the loop head follows padding after a `jmp`, reached only by the later `jne`. In the body
+    state (the state at the first branch, here the entry's) it read the return address at [rsp]."""
+    code = bytes.fromhex("4885ff" "7415" "53" "4883ec20" "eb04" "90" "48ffcf" "4885ff" "75f8" "4883c420" "5b" "c3")
+    layout = FunctionLayout(code, 0x6000)
+    assert layout.state_at(0x6003) == FrameState(0, None)  # je out, before the prologue
+    assert layout.state_at(0x600D) == FrameState(0x28, None)  # the loop head: from the jne below
+    assert layout.state_at(0x6010) == FrameState(0x28, None)  # the condition: from the jmp above
+    assert layout.state_at(0x601A) == FrameState(0, None)  # ret
+
+
+def test_rbp_set_from_rsp_below_its_saved_value_is_a_copy_not_a_frame():
+    """`mov rbp, rsp` after more than `push rbp` (glibc's sigwait keeps a pointer to its locals so): rbp
+    does not point at the caller's rbp, and the rbp chain from it read a local as a return address."""
+    parts = [PUSH_RBP, PUSH_RBX, SUB_RSP_0x20, MOV_RBP_RSP, AND_RSP_4096, NOP]
+    at = addresses(0x7000, *parts)
+    layout = FunctionLayout(b"".join(parts), 0x7000)
+    assert layout.state_at(at[4]) == FrameState(0x30, 0x28)  # not FRAME_SET
+    assert layout.state_at(at[5]) == FrameState(0x30, 0x28, 6)  # realigned: from the copy in rbp

@@ -174,11 +174,12 @@ class NativeUnwinder:
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
     ) -> tuple[Registers | StopReason, UnwindMethod]:
-        """The step for a frame without a CFI row; its failure means "no unwind info". Where the function's
-        frame at ``lookup`` is known from its code (``prologue.py``) and is not an rbp frame, the return
-        address is found from it: in the innermost frame before its prologue set rbp up, and in a caller
-        frame built without frame pointers or CFI (rustc's ``main`` shim under panic=abort, ``push %rax;
-        call; pop; ret``, stopped every walk of a Rust program's main thread). Else the rbp chain."""
+        """The step for a frame without a CFI row. Where the function's frame at ``lookup`` is known from its
+        code (``prologue.py``) and is not an rbp frame, the return address is found from it: in the innermost
+        frame before its prologue set rbp up, and in a caller frame built without frame pointers or CFI
+        (rustc's ``main`` shim under panic=abort, ``push %rax; call; pop; ret``, stopped every walk of a Rust
+        program's main thread). Else the rbp chain. Where that fails its checks, or gives a return address
+        in no module, a stack scan (``_scan``); where the scan finds nothing either, "no unwind info"."""
         sp, bp = regs[DW_RSP] or 0, regs[DW_RBP] or 0
         method = UnwindMethod.FRAME_POINTER
         step: StepResult
@@ -196,8 +197,8 @@ class NativeUnwinder:
             scanned = self._scan(entry, lookup, innermost, sp, bp, window)
             return (StopReason.NO_UNWIND_INFO, method) if scanned is None else (scanned, UnwindMethod.SCAN)
         ra, caller_sp, caller_bp = step
-        if method is UnwindMethod.FRAME_POINTER and self._lookup(ra - 1) is None:
-            scanned = self._scan(entry, lookup, innermost, sp, bp, window)  # the rbp chain led out of the code
+        if self._lookup(ra - 1) is None:  # the rbp chain (or a misread function) led out of the code
+            scanned = self._scan(entry, lookup, innermost, sp, bp, window)
             if scanned is not None:
                 return scanned, UnwindMethod.SCAN
         # Without CFI nothing says where rbx and r12-r15 were saved: they become unknown.

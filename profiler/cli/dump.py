@@ -93,8 +93,9 @@ def snapshot(
     locals_of = getattr(agent, "locals", None) if with_locals else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
-        if native:  # before the hold, so that it does not last while unwind tables load
-            sampler.learn_stacks(sampler.tracer.seized.sync(pid))
+        if native:  # before the hold, so that it does not last while unwind tables load; not a thread in
+            # uninterruptible sleep, which stops for neither and would make the dump wait for it twice
+            sampler.learn_stacks([r for r in sampler.tracer.seized.sync(pid) if r.proc.state() != "D"])
         # listed again: threads started while the tables loaded are dumped too (a thread per request)
         records = sampler.tracer.seized.sync(pid)
         states = {r.tid: r.proc.state() or "?" for r in records}

@@ -413,7 +413,11 @@ class Tracer:
 
     def detach_all(self, timeout: float = 2.0) -> list[int]:
         """Stop each thread briefly and PTRACE_DETACH it. Returns tids that did not stop in time; the kernel
-        detaches those when nprof exits (no EXITKILL), and their pending interrupt is cleared then."""
+        detaches those when nprof exits (no EXITKILL), and their pending interrupt is cleared then.
+
+        Threads in uninterruptible sleep (a hung program, what ``nprof dump`` is run on) are waited for one
+        stop deadline, not ``timeout``: they stop when they wake, which may be never, and waiting the whole
+        of it made every dump of a hung process 2 s longer."""
         self._release_held()
         for tid in self.exec_stopped:  # already in a ptrace-stop: detached from it at once
             pt.detach(tid, 0)
@@ -437,14 +441,18 @@ class Tracer:
                 waiting[record.tid] = record
             else:
                 self._drop(record)
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline, stuck_by = start + timeout, start + min(timeout, self.stop_deadline)
         if waiting and self._events is None:
             self._events = open_event_wait()  # called again after a detach, or before any add_process
         try:
             while waiting:
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     break
-                tid, status, err = self._events.wait(deadline)
+                if now >= stuck_by and all(r.proc.state() == "D" for r in waiting.values()):
+                    break
+                tid, status, err = self._events.wait(stuck_by if now < stuck_by else deadline)
                 if tid < 0:
                     if err == errno.ECHILD:
                         break

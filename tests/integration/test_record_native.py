@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections import Counter
 
 import pytest
@@ -378,8 +379,17 @@ def test_dump_lists_a_thread_that_woke_too_late_to_be_dumped(tmp_path):
         [spinner] = [int(t) for t in os.listdir(f"/proc/{target.pid}/task") if int(t) != target.pid]
         nprof = subprocess.Popen(nprof_command("dump", "--pid", str(target.pid), "--json"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+        def held() -> bool:
+            """The spinner stopped, and still 20 ms later: the hold, which waits out the stuck thread's
+            stop deadline, not the brief stop dump makes before it (microseconds)."""
+            if thread_states(target.pid).get(spinner, ("?", 0))[0] != "t":
+                return False
+            time.sleep(0.02)
+            return thread_states(target.pid).get(spinner, ("?", 0))[0] == "t"
+
         try:
-            assert wait_until(lambda: thread_states(target.pid).get(spinner, ("?", 0))[0] == "t", timeout=60)
+            assert wait_until(held, timeout=60)
             assert wait_until(lambda: thread_states(target.pid).get(spinner, ("t", 0))[0] != "t", timeout=60)
             os.kill(child, signal.SIGKILL)  # the parent leaves vfork, and its pending stop comes
             stdout, stderr = nprof.communicate(timeout=60)

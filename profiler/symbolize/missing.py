@@ -25,6 +25,9 @@ from profiler.sampling.session import Session
 #: line of the top table is at stake, and a handful of samples is noise
 NOTICE_SHARE = 0.01
 NOTICE_MIN_SAMPLES = 10
+#: what names the functions of a stripped file no package of this system installed (a program built here,
+#: a file in a container, a wheel's bundled library)
+UNPACKAGED_ADVICE = "; a build that keeps its symbol table (not stripped, no -s), or its debug file, names them"
 #: seconds dpkg-query and apt-cache may take (apt-cache reads every package list: 0.6 s measured here)
 PACKAGE_QUERY_TIMEOUT = 10.0
 
@@ -58,7 +61,9 @@ def missing_symbol_notices(
         module = session.modules[mid]
         label = os.path.basename(module.path)
         obj = objects.get(mid)
-        advice = packages.get(obj.path, "") if obj is not None else ""  # (stripped files only)
+        advice = ""
+        if obj is not None and ".symtab" not in obj.elf.sections:
+            advice = packages.get(obj.path, UNPACKAGED_ADVICE)
         notices.append(f"{100 * n / total:.1f}% of the samples ran in functions of {label} that have no symbol, "
                        f"shown as {label}+0xOFFSET: {_why(module.path, obj)}{advice}")  # fmt: skip
     return notices

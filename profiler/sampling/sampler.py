@@ -327,6 +327,8 @@ class Sampler:
             self.session.counters["stop_held_total_ns"] = stats.held_total_ns
         self.processes.give_up_detection()
         for target in self.targets.values():
+            if target.unwinder.frames_scanned:
+                self.session.count("frames_scanned", target.unwinder.frames_scanned)
             for name, value in self.agent_calls.counters(target).items():
                 self.session.count(name, value)
             for message in self.agent_calls.notices(target):

@@ -92,6 +92,7 @@ class NativeUnwinder:
         self._entered: dict[int, UnwindRule | None] = {}
         self._memo_modules = -1
         self._stack_scan = StackScan(space)
+        self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
 
     def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -225,6 +226,7 @@ class NativeUnwinder:
         if found is None:
             return None
         slot, ra = found
+        self.frames_scanned += 1
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = bp, slot + 8, ra
         return caller

@@ -295,8 +295,9 @@ def kernel_without_cfi(binary: str, kernel: str) -> tuple[ObjectFile, int]:
     return obj, start
 
 
-def assert_kernel_chain(tmp_path, binary: str, kernel: str) -> None:
-    """At least 95% of the kernel's samples, nearly all the samples, show main -> drive -> the kernel."""
+def assert_kernel_chain(tmp_path, binary: str, kernel: str) -> dict[str, int]:
+    """At least 95% of the kernel's samples, nearly all the samples, show main -> drive -> the kernel.
+    Returns the session's counters."""
     out = str(tmp_path / f"{kernel}.speedscope.json")
     with running_target([binary, kernel.removesuffix("_kernel")]) as target:
         record(target.pid, out, "-r", "200", duration="1")
@@ -305,6 +306,7 @@ def assert_kernel_chain(tmp_path, binary: str, kernel: str) -> None:
     in_kernel = {s: w for s, w in profile.stacks.items() if s[-1] == kernel}
     exact, total = share(in_kernel, lambda s: s == chain)
     assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
+    return Session.load(str(tmp_path / f"{kernel}.nprof")).counters
 
 
 def test_a_kernel_without_cfi_that_realigns_its_stack(tmp_path, asm_kernels):
@@ -313,7 +315,8 @@ def test_a_kernel_without_cfi_that_realigns_its_stack(tmp_path, asm_kernels):
     had not moved it, the walk of a numpy matrix product stopped at the kernel in every sample ("end of
     stack"), its Python frames set under it."""
     kernel_without_cfi(asm_kernels, "realigned_kernel")
-    assert_kernel_chain(tmp_path, asm_kernels, "realigned_kernel")
+    counters = assert_kernel_chain(tmp_path, asm_kernels, "realigned_kernel")
+    assert "frames_scanned" not in counters, "found by prologue analysis, not by a scan"
 
 
 def test_a_kernel_only_a_stack_scan_can_step(tmp_path, asm_kernels):
@@ -322,7 +325,8 @@ def test_a_kernel_only_a_stack_scan_can_step(tmp_path, asm_kernels):
     above rsp finds it, passing over a stale return address of a call to another function."""
     obj, start = kernel_without_cfi(asm_kernels, "opaque_kernel")
     assert obj.frame_state(start + 9) is None, "prologue analysis knows where its return address is"
-    assert_kernel_chain(tmp_path, asm_kernels, "opaque_kernel")
+    counters = assert_kernel_chain(tmp_path, asm_kernels, "opaque_kernel")
+    assert counters.get("frames_scanned", 0) > 0, counters
 
 
 def test_c_without_frame_pointers_or_cfi(tmp_path):

@@ -123,6 +123,7 @@ def snapshot(
                 states[c.thread.tid] = "T"
         for c in captures:
             sampler.record(c)
+        session.counters["process_held_ns"] = sampler.tracer.stats.process_held_ns
         sampler.close()
     except BaseException:
         sampler.tracer.detach_all()
@@ -211,6 +212,7 @@ def render_json(session: Session, threads: list[DumpThread]) -> bytes:
     doc = {
         "pid": session.meta.pid,
         "command": session.meta.command,
+        "held_ms": round(session.counters.get("process_held_ns", 0) / 1e6, 3),
         "threads": [
             {
                 "tid": t.tid,
@@ -243,6 +245,9 @@ def run(args: argparse.Namespace, agent_factory: Callable[[ObjectFileCache], Seq
     check_stack_bytes(args.stack_bytes)
     session, threads = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory,
                                 args.stack_bytes)  # fmt: skip
+    held = session.counters.get("process_held_ns", 0)
+    print(f"nprof: threads were held {held / 1e6:.1f} ms for this snapshot, from the first stop to the last "
+          "resume", file=sys.stderr)  # fmt: skip
     if args.json:
         sys.stdout.buffer.write(render_json(session, threads) + b"\n")
     else:

@@ -102,6 +102,9 @@ class TracerStats:
     held_ns: array.array = field(default_factory=lambda: array.array("q"))
     held_total_ns: int = 0
     held_count: int = 0  #: every hold noted, also those the ring no longer keeps
+    #: ``Tracer.hold`` (``nprof dump``): how long the last one kept the process stopped, from its first
+    #: interrupt to its last resume
+    process_held_ns: int = 0
 
     signals_forwarded: int = 0
     group_stops: int = 0

@@ -167,10 +167,12 @@ class Tracer:
         """Stop every thread and keep them all stopped while the caller reads more (``nprof dump``): one
         consistent snapshot of the whole process. Every thread is resumed on leaving, whatever happens."""
         stack_bytes = self.stack_bytes if copy_stack else 0
+        start = time.perf_counter_ns()
         try:
             yield self._collect(self._interrupt(threads), stack_bytes, agent_capture, keep=True)
         finally:
             self._release_held()
+            self.stats.process_held_ns = time.perf_counter_ns() - start
 
     def _interrupt(self, threads: Iterable[ThreadRecord]) -> dict[int, ThreadRecord]:
         pending: dict[int, ThreadRecord] = {}

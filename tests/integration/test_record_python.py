@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -535,6 +536,8 @@ def test_dump_blocked_target(interp):
     native = [f["name"] for f in thread["frames"] if f["kind"] == "native"]
     assert "_PyEval_EvalFrameDefault" in native and native[-1] == "_start"
     assert text.returncode == 0 and f"Thread {target.pid}" in text.stdout and "inner (" in text.stdout
+    # how long the snapshot paused the process, said on stderr and in the JSON
+    assert doc["held_ms"] > 0 and re.search(r"nprof: threads were held [\d.]+ ms for this snapshot", text.stderr)
 
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])

@@ -4,9 +4,10 @@ All threads are stopped together (``Tracer.hold``) for one consistent snapshot: 
 runtime's frame chains and, with ``--locals``, the Python frames' local variables are read while the
 process is paused, then every thread is resumed and the copies are unwound and named.
 
-With native frames, each thread is first stopped alone and resumed at once, and that copy unwound
-(``Sampler.learn_stacks``): the unwind tables are loaded and each thread's own stack is known before the
-hold, so the held stops are syscalls only, as a recording's are.
+Each thread is first stopped alone and resumed at once, copied by the runtime agent and, with native
+frames, unwound (``Sampler.prepare_hold``): the agent's code is warm and the code objects on the stacks
+decoded, the unwind tables are loaded and each thread's own stack is known before the hold, so the hold
+lasts little more than its copies.
 """
 
 from __future__ import annotations
@@ -93,10 +94,9 @@ def snapshot(
     locals_of = getattr(agent, "locals", None) if with_locals else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
-        if native:  # before the hold, so that it does not last while unwind tables load; not a thread in
-            # uninterruptible sleep, which stops for neither and would make the dump wait for it twice
-            sampler.learn_stacks([r for r in sampler.tracer.seized.sync(pid) if r.proc.state() != "D"])
-        # listed again: threads started while the tables loaded are dumped too (a thread per request)
+        # not a thread in uninterruptible sleep, which stops for neither and would make the dump wait twice
+        sampler.prepare_hold([r for r in sampler.tracer.seized.sync(pid) if r.proc.state() != "D"], native)
+        # listed again: threads started meanwhile are dumped too (a thread per request)
         records = sampler.tracer.seized.sync(pid)
         states = {r.tid: r.proc.state() or "?" for r in records}
         with sampler.tracer.hold(records, copy_stack=native) as captures:

@@ -278,19 +278,20 @@ class Sampler:
             state = record.user = self.threads[record.key] = ThreadState(index)
         return state
 
-    def learn_stacks(self, threads: Sequence[ThreadRecord]) -> None:
+    def prepare_hold(self, threads: Sequence[ThreadRecord], native: bool) -> None:
         """For ``nprof dump``, before it holds every thread: stop each one briefly (resumed at once, as a
-        tick does), let the runtime agent copy it, and unwind that copy, so that the hold that follows
-        finds its work done. The unwind loads the tables of every module on the threads' stacks, and learns
-        each thread's own stack: a thread stopped in a signal handler on an alternate signal stack has its
-        own stack copied in the held stop itself (``Tracer._copy``), so that the dump goes on to the code
-        the signal interrupted. The agent's copy decodes the code objects on the stacks and runs its code
-        once before the hold, where each held copy of a cold process paid for it.
+        tick does), let the runtime agent copy it and, with ``native``, unwind that copy, so that the hold
+        that follows finds its work done. The unwind loads the tables of every module on the threads'
+        stacks, and learns each thread's own stack: a thread stopped in a signal handler on an alternate
+        signal stack has its own stack copied in the held stop itself (``Tracer._copy``), so that the dump
+        goes on to the code the signal interrupted. The agent's copy decodes the code objects on the
+        stacks and runs its code once before the hold, where each held copy of a cold process paid for it.
 
         ``python3 -m benchmarks.bench_dump``, 100 sleeping threads of CPython 3.12: the hold was 39.5 ms
         with only the unwinding moved here, 8.7 ms with the agent's copy too (docs/benchmarks.md)."""
-        for capture in self.tracer.capture(threads, copy_stack=True, agent_capture=self.agent_capture):
-            self.stacks.learn(self.targets[capture.thread.pid], capture)
+        for capture in self.tracer.capture(threads, copy_stack=native, agent_capture=self.agent_capture):
+            if native:
+                self.stacks.learn(self.targets[capture.thread.pid], capture)
 
     def record(self, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture; the thread is running again by now."""

@@ -28,11 +28,15 @@ from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save
 from profiler.binary.cfi.load import NO_CFI
 from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
-from profiler.binary.plt import PLT_SECTIONS, PUSH_RIP, PltStubs, load_plt_stubs
+from profiler.binary.callsite import MAX_CALL_LENGTH, CallBefore, call_before
+from profiler.binary.plt import PLT_SECTIONS, PUSH_RIP, PltStubs, load_plt_stubs, plt_section
 from profiler.binary.prologue import FrameState, FunctionLayout
 from profiler.binary.symbols import SymbolTable, load_symbols
 from profiler.errors import BinaryError
 
+#: addresses whose ``call_before`` is kept before the memo is cleared (a bound on memory: the stack scan
+#: asks it of any stack word that lies in code, stale ones included)
+MAX_CALLS_BEFORE = 1 << 16
 #: functions longer than this are not swept for prologue analysis (the rbp chain is used as is)
 MAX_SWEEP_BYTES = 1 << 20
 
@@ -72,6 +76,7 @@ class ObjectFile:
         self.unwind_notes: list[str] = []
         self._layouts: dict[int, FunctionLayout | None] = {}
         self._frame_states: dict[int, FrameState | None] = {}
+        self._calls_before: dict[int, CallBefore] = {}
 
     @property
     def debug_elf(self) -> ElfFile | None:
@@ -248,15 +253,31 @@ class ObjectFile:
         analysed as a function of its own (``plt.PLT_SECTIONS``); the first ``.plt`` entry, the lazy
         resolver's, is entered with the relocation index the calling stub pushed (System V x86-64 psABI,
         "Procedure Linkage Table")."""
-        for name, default_size in PLT_SECTIONS.items():
-            info = self.elf.sections.get(name)
-            if info is None or not info.sh_addr <= svma < info.sh_addr + info.sh_size:
-                continue
-            size = info.sh_entsize or default_size
-            start = info.sh_addr + (svma - info.sh_addr) // size * size
-            resolver = name == ".plt" and start == info.sh_addr and self.elf.read_svma(start, 2) == PUSH_RIP
-            return start, start + size, 8 if resolver else 0
-        return None
+        found = plt_section(self.elf, svma)
+        if found is None:
+            return None
+        name, info = found
+        size = info.sh_entsize or PLT_SECTIONS[name]
+        start = info.sh_addr + (svma - info.sh_addr) // size * size
+        resolver = name == ".plt" and start == info.sh_addr and self.elf.read_svma(start, 2) == PUSH_RIP
+        return start, start + size, 8 if resolver else 0
+
+    def call_before(self, svma: int) -> CallBefore:
+        """What the code right before ``svma`` is (``callsite.call_before``), once per address: the stack
+        scan asks it of every word that lies in this file's code."""
+        try:
+            return self._calls_before[svma]
+        except KeyError:
+            pass
+        if len(self._calls_before) >= MAX_CALLS_BEFORE:
+            self._calls_before.clear()
+        code = self.elf.read_svma(svma - MAX_CALL_LENGTH, MAX_CALL_LENGTH) if svma >= MAX_CALL_LENGTH else b""
+        found = self._calls_before[svma] = call_before(code, svma)
+        return found
+
+    def in_plt(self, svma: int) -> bool:
+        """Whether ``svma`` is in a PLT section: a direct call to another module's function targets a stub."""
+        return plt_section(self.elf, svma) is not None
 
 
 class ObjectFileCache:

@@ -26,7 +26,7 @@ import struct
 
 import numpy as np
 
-from profiler.binary.elf import ElfFile
+from profiler.binary.elf import ElfFile, SectionInfo
 from profiler.binary.symbols import ELF64_SYM, SymbolTable, c_string
 
 # System V x86-64 psABI, "Relocation Types"
@@ -44,6 +44,15 @@ PUSH_RIP = b"\xff\x35"  #: push disp32(%rip): FF /6 with ModRM 0x35, how the fir
 #: section -> stub size when its sh_entsize is 0 (GNU ld's x86-64 layouts: 16-byte .plt and .plt.sec
 #: entries, 8-byte .plt.got entries without IBT)
 PLT_SECTIONS = {".plt": 16, ".plt.sec": 16, ".plt.got": 8}
+
+
+def plt_section(elf: ElfFile, svma: int) -> tuple[str, SectionInfo] | None:
+    """The PLT section holding ``svma`` (its name and header), if any."""
+    for name in PLT_SECTIONS:
+        info = elf.sections.get(name)
+        if info is not None and info.sh_addr <= svma < info.sh_addr + info.sh_size:
+            return name, info
+    return None
 
 
 class PltStubs:

@@ -41,7 +41,7 @@ from profiler.model import (
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
 from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
-from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, StackScan
+from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, find_return_address
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.trampolines import rule_before
 
@@ -91,7 +91,6 @@ class NativeUnwinder:
         #: keyed by the address looked up, since an innermost pc may equal another frame's return address - 1
         self._entered: dict[int, UnwindRule | None] = {}
         self._memo_modules = -1
-        self._stack_scan = StackScan(space)
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
 
     def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
@@ -104,7 +103,6 @@ class NativeUnwinder:
         if len(self.space.modules) != self._memo_modules or len(memo) + len(self._entered) >= MAX_MEMO:
             memo.clear()
             self._entered.clear()
-            self._stack_scan.forget()
             self._memo_modules = len(self.space.modules)
         max_frames = self.max_frames
         pc = regs[DW_RA] or 0
@@ -207,7 +205,6 @@ class NativeUnwinder:
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = caller_bp, caller_sp, ra
         return caller, method
 
-
     def _lookup(self, avma: int) -> _Resolved | None:
         hit = self._memo.get(avma)
         return hit if hit is not None else self._resolve(avma, False)
@@ -218,11 +215,11 @@ class NativeUnwinder:
         """The caller of a frame nothing else could step, from a search of the stack above it
         (``scan.py``); None if no word there passes as its return address."""
         callee_start = None
-        symbols = entry.obj.symbols if entry is not None and entry.obj is not None else None
-        hit = symbols.lookup(lookup - entry.bias) if symbols is not None and entry is not None else None
-        if hit is not None and entry is not None:
-            callee_start = hit[1] + entry.bias
-        found = self._stack_scan.find(sp, window, SCAN_WORDS_INNERMOST if innermost else SCAN_WORDS, callee_start)
+        if entry is not None and entry.obj is not None and entry.obj.symbols is not None:
+            hit = entry.obj.symbols.lookup(lookup - entry.bias)
+            callee_start = hit[1] + entry.bias if hit is not None else None
+        words = SCAN_WORDS_INNERMOST if innermost else SCAN_WORDS
+        found = find_return_address(self.space, sp, window, words, callee_start)
         if found is None:
             return None
         slot, ra = found

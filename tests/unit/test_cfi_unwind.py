@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from profiler.binary.callsite import MAX_CALL_LENGTH, CallBefore, call_before
 from profiler.binary.cfi import UnwindRule, UnwindTable
 from profiler.binary.prologue import FrameState
 from profiler.model import (
@@ -79,19 +80,17 @@ class FakeObject:
     table: UnwindTable | None
     symbols: FakeSymbols | None = None
     code: dict[int, bytes] = field(default_factory=dict)  #: svma -> the instruction bytes placed there
-    sections: dict[str, object] = field(default_factory=dict)  #: no PLT
 
-    @property
-    def elf(self) -> FakeObject:
-        return self
-
-    def read_svma(self, svma: int, size: int) -> bytes:
-        image = bytearray(size)
+    def call_before(self, svma: int) -> CallBefore:
+        image = bytearray(MAX_CALL_LENGTH)  # the bytes before svma; zeros where no code was placed
         for at, data in self.code.items():
             for i, byte in enumerate(data):
-                if svma <= at + i < svma + size:
-                    image[at + i - svma] = byte
-        return bytes(image)
+                if svma - MAX_CALL_LENGTH <= at + i < svma:
+                    image[at + i - svma + MAX_CALL_LENGTH] = byte
+        return call_before(bytes(image), svma)
+
+    def in_plt(self, svma: int) -> bool:
+        return False
 
     def unwind_rule(self, svma: int) -> UnwindRule | None:
         return self.table.rule_for(svma) if self.table is not None else None

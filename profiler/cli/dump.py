@@ -123,7 +123,6 @@ def snapshot(
                 states[c.thread.tid] = "T"
         for c in captures:
             sampler.record(c)
-        session.counters["process_held_ns"] = sampler.tracer.stats.process_held_ns
         sampler.close()
     except BaseException:
         sampler.tracer.detach_all()

@@ -316,7 +316,7 @@ class Sampler:
             meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
         stats = self.tracer.stats
         for name in ("late_stops", "late_captures", "signals_forwarded", "group_stops", "threads_seen",
-                     "threads_exited"):  # fmt: skip
+                     "threads_exited", "process_held_ns"):  # fmt: skip
             value = getattr(stats, name)
             if value:
                 self.session.counters[name] = value

@@ -28,6 +28,9 @@ NOTICE_MIN_SAMPLES = 10
 #: what names the functions of a stripped file no package of this system installed (a program built here,
 #: a file in a container, a wheel's bundled library)
 UNPACKAGED_ADVICE = "; a build that keeps its symbol table (not stripped, no -s), or its debug file, names them"
+#: Debian's names for a package's debug symbols, preferred first: a hand-made -dbg package where the
+#: source ships one (libc6-dbg), else the automatic -dbgsym of the debug archive
+DEBUG_SUFFIXES = ("-dbg", "-dbgsym")
 #: seconds dpkg-query and apt-cache may take (apt-cache reads every package list: 0.6 s measured here)
 PACKAGE_QUERY_TIMEOUT = 10.0
 
@@ -55,45 +58,48 @@ def missing_symbol_notices(
     due = [(mid, n) for mid, n in hits.most_common() if n >= NOTICE_MIN_SAMPLES and n >= NOTICE_SHARE * total]
     if not due:
         return []
-    packages = _debug_packages([objects[mid] for mid, _n in due if mid in objects])
+    stripped = {mid: objects[mid] for mid, _n in due if mid in objects and _stripped(objects[mid])}
+    packages = _debug_packages(list(stripped.values()))
     notices = []
     for mid, n in due:
         module = session.modules[mid]
         label = os.path.basename(module.path)
         obj = objects.get(mid)
-        advice = ""
-        if obj is not None and ".symtab" not in obj.elf.sections:
-            advice = packages.get(obj.path, UNPACKAGED_ADVICE)
+        advice = packages.get(obj.path, UNPACKAGED_ADVICE) if mid in stripped and obj is not None else ""
         notices.append(f"{100 * n / total:.1f}% of the samples ran in functions of {label} that have no symbol, "
                        f"shown as {label}+0xOFFSET: {_why(module.path, obj)}{advice}")  # fmt: skip
     return notices
 
 
+def _stripped(obj: ObjectFile) -> bool:
+    return ".symtab" not in obj.elf.sections
+
+
 def _why(path: str, obj: ObjectFile | None) -> str:
     if obj is None:
         return f"{path} could not be read"
-    if ".symtab" in obj.elf.sections:
+    if not _stripped(obj):
         return f"no symbol of {path} covers them"
     build_id = f" for build-id {obj.build_id}" if obj.build_id else ""
     return f"{path} is stripped and no debug file{build_id} was found under /usr/lib/debug"
 
 
 def _debug_packages(objects: list[ObjectFile]) -> dict[str, str]:
-    """Path -> the advice that names the package to install, for stripped files of this system's dpkg
-    database; files of a target with another root (a container) are left out: its packages are not this
-    system's."""
+    """Path -> the advice that names the package to install, for those of the (stripped) ``objects`` that
+    are files of this system's dpkg database; files of a target with another root (a container) are left
+    out: its packages are not this system's."""
     shipped: dict[str, str] = {}
     for obj in objects:
-        if _same_root(obj.root) and ".symtab" not in obj.elf.sections:
+        if _same_root(obj.root):
             package = _package_of(obj.path)
             if package is not None:
                 shipped[obj.path] = package
     if not shipped:
         return {}
-    known = _apt_knows([f"{p}{suffix}" for p in set(shipped.values()) for suffix in ("-dbg", "-dbgsym")])
+    known = _apt_knows([f"{p}{suffix}" for p in set(shipped.values()) for suffix in DEBUG_SUFFIXES])
     advice = {}
     for path, package in shipped.items():
-        name = next((f"{package}{s}" for s in ("-dbg", "-dbgsym") if f"{package}{s}" in known), None)
+        name = next((f"{package}{s}" for s in DEBUG_SUFFIXES if f"{package}{s}" in known), None)
         if name is not None:
             advice[path] = f"; `apt install {name}` installs its names"
         else:

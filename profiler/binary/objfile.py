@@ -18,17 +18,18 @@ Tables and where they come from:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import threading
 import zlib
 
 from profiler.binary.cache import TableCache, cache_key
+from profiler.binary.callsite import MAX_CALL_LENGTH, CallBefore, call_before
 from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save_unwind_table
 from profiler.binary.cfi.load import NO_CFI
 from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
-from profiler.binary.callsite import MAX_CALL_LENGTH, CallBefore, call_before
 from profiler.binary.plt import PLT_SECTIONS, PUSH_RIP, PltStubs, load_plt_stubs, plt_section
 from profiler.binary.prologue import FrameState, FunctionLayout
 from profiler.binary.symbols import SymbolTable, load_symbols
@@ -242,7 +243,7 @@ class ObjectFile:
             if layout is not None:
                 state = layout.state_at(svma)
                 if pushed and state is not None:
-                    state = FrameState(state.ra_offset + pushed, state.rbp_offset, state.base)
+                    state = dataclasses.replace(state, ra_offset=state.ra_offset + pushed)
         self._frame_states[svma] = state
         return state
 

@@ -278,9 +278,9 @@ class Sampler:
             state = record.user = self.threads[record.key] = ThreadState(index)
         return state
 
-    def prepare_hold(self, threads: Sequence[ThreadRecord], native: bool) -> None:
+    def prepare_hold(self, threads: Sequence[ThreadRecord]) -> None:
         """For ``nprof dump``, before it holds every thread: stop each one briefly (resumed at once, as a
-        tick does), let the runtime agent copy it and, with ``native``, unwind that copy, so that the hold
+        tick does), let the runtime agent copy it and, with native frames, unwind that copy, so that the hold
         that follows finds its work done. The unwind loads the tables of every module on the threads'
         stacks, and learns each thread's own stack: a thread stopped in a signal handler on an alternate
         signal stack has its own stack copied in the held stop itself (``Tracer._copy``), so that the dump
@@ -289,6 +289,7 @@ class Sampler:
 
         ``python3 -m benchmarks.bench_dump``, 100 sleeping threads of CPython 3.12: the hold was 39.5 ms
         with only the unwinding moved here, 8.7 ms with the agent's copy too (docs/benchmarks.md)."""
+        native = self.config.native
         for capture in self.tracer.capture(threads, copy_stack=native, agent_capture=self.agent_capture):
             if native:
                 self.stacks.learn(self.targets[capture.thread.pid], capture)

@@ -95,7 +95,8 @@ def snapshot(
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     try:
         # not a thread in uninterruptible sleep, which stops for neither and would make the dump wait twice
-        sampler.prepare_hold([r for r in sampler.tracer.seized.sync(pid) if r.proc.state() != "D"])
+        live = sampler.tracer.seized.sync(pid)
+        sampler.prepare_hold([r for r in live if r.proc.state() != procfs.DISK_SLEEP])
         # listed again: threads started meanwhile are dumped too (a thread per request)
         records = sampler.tracer.seized.sync(pid)
         states = {r.tid: r.proc.state() or "?" for r in records}

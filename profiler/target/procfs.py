@@ -83,6 +83,9 @@ def read_status(pid: int) -> ProcessStatus | None:
 #: proc(5) states of a task that has exited and only waits to be reaped: zombie, dead. A main thread that
 #: called pthread_exit stays a zombie until its process's last thread exits
 EXITED_STATES = frozenset("ZX")
+#: proc(5) state of a task in uninterruptible sleep ("disk sleep"): it stops for no ptrace request until it
+#: wakes, which for a hung program may be never
+DISK_SLEEP = "D"
 
 
 def process_alive(pid: int) -> bool:

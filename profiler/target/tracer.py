@@ -452,8 +452,8 @@ class Tracer:
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                if now >= stuck_by and all(r.proc.state() == "D" for r in waiting.values()):
-                    break
+                if now >= stuck_by and all(r.proc.state() == procfs.DISK_SLEEP for r in waiting.values()):
+                    break  # they stop when they wake, which may be never; the kernel detaches them at exit
                 tid, status, err = self._events.wait(stuck_by if now < stuck_by else deadline)
                 if tid < 0:
                     if err == errno.ECHILD:

@@ -36,10 +36,10 @@ THREAD_COUNTS = (1, 20, 100)
 
 @contextmanager
 def running(argv: list[str]) -> Iterator[subprocess.Popen]:
-    """Start ``argv`` with a ready fd after the program or script, and yield once it wrote "ready"."""
+    """Start ``argv``, which holds "FD" where the target expects its readiness pipe (as in bench_cfi), and
+    yield once it wrote "ready"."""
     r, w = os.pipe()
-    at = 2 if argv[0].endswith(("python3", "python")) else 1
-    proc = subprocess.Popen([*argv[:at], str(w), *argv[at:]], pass_fds=[w])
+    proc = subprocess.Popen([str(w) if a == "FD" else a for a in argv], pass_fds=[w])
     os.close(w)
     try:
         if not os.read(r, 16):
@@ -81,9 +81,9 @@ def main() -> None:
         subprocess.run(["gcc", "-O2", "-pthread", "-o", stuck, STUCK], check=True)
         for rep in range(args.reps):
             for count in THREAD_COUNTS:
-                with running([args.interpreter, SLEEPERS, str(count)]) as target:
+                with running([args.interpreter, SLEEPERS, "FD", str(count)]) as target:
                     rows.append({"rep": rep, "target": f"{count} sleeping threads", **dump_once(target.pid)})
-            with running([stuck]) as target:
+            with running([stuck, "FD"]) as target:
                 wait_for_disk_sleep(target.pid)
                 children = procfs.read_text(f"/proc/{target.pid}/task/{target.pid}/children") or ""
                 try:

@@ -15,6 +15,7 @@ from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
 from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
+from profiler.unwind.reuse import WalkHistory
 from profiler.unwind.sigframe import interrupted_registers
 from profiler.unwind.stack import StackWindow
 
@@ -51,7 +52,7 @@ class StackRecorder:
         if self.native:
             if capture.stack_len < 0:
                 session.count("stack_read_errors")
-            unwound = self.unwind(target, capture)
+            unwound = self.unwind(target, capture, state.walk)
             native, stop = unwound.frames, unwound.stop
         runtime = self._runtime_frames(target, capture)
         memo_key = (tuple(native), tuple(runtime), stop)
@@ -70,9 +71,10 @@ class StackRecorder:
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
 
-    def unwind(self, target: Target, capture: Capture) -> UnwoundStack:
+    def unwind(self, target: Target, capture: Capture, history: WalkHistory | None = None) -> UnwoundStack:
         """The native frames of one capture. A walk that went past a signal frame onto a stack not copied
-        learns that it is the thread's own (``_learn_home_stack``): its next copies take it too."""
+        learns that it is the thread's own (``_learn_home_stack``): its next copies take it too.
+        ``history``: the thread's previous walk, whose outer frames this one may take over (``reuse.py``)."""
         home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
         window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
         regs = dwarf_registers(capture)
@@ -81,7 +83,7 @@ class StackRecorder:
             if interrupted is not None:
                 regs = interrupted
                 self.session.count("samples_at_handler_entry")
-        unwound = target.unwinder.unwind(regs, window)
+        unwound = target.unwinder.unwind(regs, window, history)
         if unwound.other_sp:
             self._learn_home_stack(target, capture.thread, unwound.other_sp)
         return unwound

@@ -105,6 +105,9 @@ class AddressSpace:
         #: pages of code pcs still outside every mapping right after a refresh (the [vsyscall] page, code
         #: unmapped since its capture): their misses refresh only as often as other pcs' do
         self._missed_pages: set[int] = set()
+        #: how many times the maps were read: a walk kept for reuse (``unwind/reuse.py``) is valid in the
+        #: generation it was made in only, as the modules it named and the code it looked at may have changed
+        self.generation = 0
         self.refresh()
 
     @property
@@ -161,6 +164,7 @@ class AddressSpace:
 
     def refresh(self) -> None:
         self._last_refresh = self._last_check = time.monotonic()
+        self.generation += 1
         self._code_lines = self.process.code_map_lines()  # what the next check compares with
         maps = self.process.refresh_maps().mappings
         if not maps and self._entries:  # gone since (an exit between ticks): keep what the samples need

@@ -20,6 +20,10 @@ address. The signal trampoline's own frame is reported at its return address, so
 
 Each frame records the ``UnwindMethod`` that produced it and each walk the ``StopReason`` it ended with,
 so a truncated stack explains itself.
+
+Given the thread's previous walk, a walk that reaches a state that walk passed through, with every word it
+read from there on unchanged, takes over its frames from there instead of walking them again
+(``profiler.unwind.reuse``): the outer frames of a sampled thread rarely change between two samples.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from profiler.model import (
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
 from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
+from profiler.unwind.reuse import MAX_ATTEMPTS, LoggedWindow, Walk, WalkHistory, WalkState, loggable
 from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, find_return_address
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.trampolines import rule_before
@@ -93,23 +98,58 @@ class NativeUnwinder:
         self._memo_modules = -1
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
 
-    def unwind(self, regs: list[int | None], window: StackWindow) -> UnwoundStack:
+    def unwind(
+        self, regs: list[int | None], window: StackWindow, history: WalkHistory | None = None
+    ) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
-        r8-r15, rip) and the stack copy."""
+        r8-r15, rip) and the stack copy. ``history``: the thread's previous walk, whose outer frames this
+        walk takes over where they still hold (``reuse.py``); it is replaced by this walk."""
         regs = list(regs[:NUM_DWARF_REGS]) + [None] * (NUM_DWARF_REGS - len(regs))
-        frames: list[NativeFrame] = []
-        append = frames.append
         memo = self._memo
         if len(self.space.modules) != self._memo_modules or len(memo) + len(self._entered) >= MAX_MEMO:
             memo.clear()
             self._entered.clear()
             self._memo_modules = len(self.space.modules)
+        if history is None or not loggable(window):
+            if history is not None:
+                history.forget()
+            return self._walk(regs, window, [], None)
+        generation = self.space.generation
+        scanned = self.frames_scanned
+        logged = LoggedWindow(window)
+        walk = Walk(history if history.generation == generation else None)
+        stack_frames: list[NativeFrame] = []
+        stack = self._walk(regs, logged, stack_frames, walk)
+        if self.space.generation != generation:  # the maps were read during the walk
+            history.forget()
+        else:
+            history.keep(generation, walk.states, walk.sps, walk.marks, logged, stack_frames,
+                         self.frames_scanned != scanned)  # fmt: skip
+        return stack
+
+    def _walk(
+        self, regs: list[int | None], window: StackWindow, frames: list[NativeFrame], walk: Walk | None
+    ) -> UnwoundStack:
+        """The walk itself, appending to ``frames``; with ``walk``, each iteration's state is noted, and the
+        previous walk's frames are taken over at the first state they share whose reads still hold."""
+        append = frames.append
+        memo = self._memo
         max_frames = self.max_frames
         pc = regs[DW_RA] or 0
         sp = regs[DW_RSP] or 0
         method = UnwindMethod.IP
         exact = True  # look the pc up as is: innermost frame, or interrupted by a signal
         while True:
+            if walk is not None:
+                state = (regs, method, exact)
+                prev = walk.prev
+                j = walk.find(prev, sp) if prev is not None else None
+                if j is not None and self._take_over(walk, prev, j, state, len(frames), window):  # type: ignore
+                    frames.extend(prev.frames[j : len(prev.states) - 1])  # type: ignore[union-attr]
+                    regs, method, exact = prev.states[-1]  # type: ignore[union-attr]
+                    pc, sp = regs[DW_RA], regs[DW_RSP]
+                else:
+                    walk.note(state, sp, window)  # type: ignore[arg-type]
             lookup = pc if exact else pc - 1
             hit = memo.get(lookup)
             if hit is None:
@@ -154,6 +194,33 @@ class NativeUnwinder:
                     return UnwoundStack(frames, StopReason.NO_PROGRESS)
             sp = new_sp
             regs = caller  # type: ignore[assignment]
+
+    def _take_over(
+        self, walk: Walk, prev: WalkHistory, j: int, state: WalkState, depth: int, window: StackWindow
+    ) -> bool:
+        """Whether this walk, at ``state`` after ``depth`` frames, can take over the previous walk's
+        iterations from ``j`` (at the same stack pointer) to its last, which it then runs again: ``j``
+        started at the same state, the maps were not read since, the frames fit under the depth limit, and
+        every word those iterations read is unchanged. If so, their states and reads are noted as this
+        walk's."""
+        if prev.states[j] != state:
+            return False
+        walk.attempts += 1
+        if walk.attempts >= MAX_ATTEMPTS:
+            walk.prev = None
+        last = len(prev.states) - 1
+        if not (
+            j < last
+            and self.space.generation == prev.generation
+            and depth + last - j <= self.max_frames
+            and prev.reads_match(window, j, last)
+        ):
+            return False
+        walk.take(prev, j, window)  # type: ignore[arg-type]
+        walk.prev = None
+        if prev.scanned:
+            self.frames_scanned += sum(1 for f in prev.frames[j:last] if f.method is UnwindMethod.SCAN)
+        return True
 
     def _resolve(self, avma: int, code: bool) -> _Resolved | None:
         """Module and CFI rule of ``avma``, memoized; None (not memoized) outside every module. ``code``:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-_U64 = struct.Struct("<Q")
+U64 = struct.Struct("<Q")
 
 
 class StackWindow:
@@ -20,7 +20,7 @@ class StackWindow:
     signal stack): the frames it interrupted are there.
     """
 
-    __slots__ = ("base", "end", "full", "home", "_words", "_bytes")
+    __slots__ = ("base", "end", "full", "home", "words", "_bytes")
 
     def __init__(self, data: memoryview | bytes, base: int, full: bool, home: StackWindow | None = None) -> None:
         n = len(data) & ~7
@@ -30,16 +30,16 @@ class StackWindow:
         self.home = home
         view = memoryview(data)[:n]
         self._bytes = view
-        self._words = view.cast("B").cast("Q") if base & 7 == 0 else None
+        self.words = view.cast("B").cast("Q") if base & 7 == 0 else None
 
     def read(self, addr: int) -> int | None:
         """The u64 at ``addr``, or None if it is not inside the window."""
         off = addr - self.base
         if off < 0 or addr + 8 > self.end:
             return self.home.read(addr) if self.home is not None else None
-        if self._words is not None and off & 7 == 0:
-            return self._words[off >> 3]
-        return _U64.unpack_from(self._bytes, off)[0]
+        if self.words is not None and off & 7 == 0:
+            return self.words[off >> 3]
+        return U64.unpack_from(self._bytes, off)[0]
 
     def contains(self, addr: int, size: int = 8) -> bool:
         if self.base <= addr and addr + size <= self.end:

@@ -1,0 +1,226 @@
+"""A walk that takes over its thread's previous walk's outer frames (``unwind/reuse.py``) gives exactly the
+frames and stop reason a walk from scratch gives, whatever changed in between: over the fake process of
+``test_cfi_unwind`` (CFI, frame-pointer and signal frames), case by case and over random changes.
+
+Whether frames were taken over is seen from outside: taken-over frames are the previous walk's objects."""
+
+from __future__ import annotations
+
+import random
+
+from profiler.model import DW_RSP, StopReason, UnwoundStack
+from profiler.unwind.policy import NativeUnwinder
+from profiler.unwind.reuse import WalkHistory
+from profiler.unwind.stack import StackWindow
+from tests.unit.test_cfi_unwind import STACK, FakeSpace, mixed_stack, registers
+
+SPIN_PC = 0x1010  # in spin, a leaf called by c (mixed_stack)
+SPIN_PC_2 = 0x1020
+
+
+class Space(FakeSpace):
+    generation = 1
+
+
+def fresh(space: Space, regs: list[int | None], window: StackWindow, max_frames: int = 2048) -> UnwoundStack:
+    return NativeUnwinder(space, max_frames).unwind(regs, window)  # type: ignore[arg-type]
+
+
+def taken(out: UnwoundStack, before: UnwoundStack) -> int:
+    """How many of ``out``'s frames are ``before``'s own objects (taken over, not walked)."""
+    ids = {id(f) for f in before.frames}
+    return sum(id(f) in ids for f in out.frames)
+
+
+def same(a: UnwoundStack, b: UnwoundStack) -> bool:
+    return list(a.frames) == list(b.frames) and a.stop == b.stop and a.other_sp == b.other_sp
+
+
+def spin_regs(pc: int = SPIN_PC, rbx: int = 0xAAA) -> list[int | None]:
+    return registers(rip=pc, rsp=STACK, rbp=STACK + 0x40, rbx=rbx)
+
+
+def test_the_next_sample_takes_over_the_callers_of_the_leaf() -> None:
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    window = mixed_stack().window()
+    first = unwinder.unwind(spin_regs(), window, history)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), history)
+    assert same(second, fresh(space, spin_regs(SPIN_PC_2), window))
+    # spin is walked (its pc moved), c's frame is run again to find c's caller... and the rest taken over
+    assert [f.rel for f in second.frames] == [SPIN_PC_2, 0x114F, 0x501F, 0x124F, 0x130F]
+    assert taken(second, first) >= 2
+    assert second.stop == StopReason.END_OF_STACK
+
+
+def test_a_changed_saved_word_is_walked_again() -> None:
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    s = mixed_stack()
+    s.put(STACK + 0x58, 0x1318)  # main's return address: elsewhere in _start
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), s.window(), history)
+    assert same(second, fresh(space, spin_regs(SPIN_PC_2), s.window()))
+    assert second.frames[-1].rel == 0x1317
+    assert second.frames[-1] is not first.frames[-1]
+
+
+def test_a_changed_word_no_walk_reads_does_not_stop_the_take_over() -> None:
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    s = mixed_stack()
+    s.put(STACK + 0x18, 0x12345678)  # a local of c: read by no step
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), s.window(), history)
+    assert same(second, fresh(space, spin_regs(SPIN_PC_2), s.window()))
+    assert taken(second, first) >= 2
+
+
+def test_a_different_callee_saved_register_is_a_different_state() -> None:
+    """rbx is live in spin and saved by c: its value in the leaf reaches no caller here, but the states
+    differ, so nothing is taken over at spin; c's caller restores rbx from the stack, and matches."""
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    first = unwinder.unwind(spin_regs(rbx=1), mixed_stack().window(), history)
+    second = unwinder.unwind(spin_regs(rbx=2), mixed_stack().window(), history)
+    assert same(second, fresh(space, spin_regs(rbx=2), mixed_stack().window()))
+    assert second.frames[0] is not first.frames[0]
+
+
+def test_copies_that_start_or_end_elsewhere() -> None:
+    """The same stack copied from a higher rsp (a shallower stop) and cut lower (a full window)."""
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    data = bytes(mixed_stack().data)
+    c_regs = registers(rip=0x1150, rsp=STACK + 8, rbp=STACK + 0x40, rbx=0xAAA)  # stopped in c, after the call
+    windows = [
+        StackWindow(data, STACK, False),
+        StackWindow(data[8:], STACK + 8, False),  # starts higher
+        StackWindow(data[:0x58], STACK, True),  # ends lower: main's return address is past it
+        StackWindow(data[8:0x60], STACK + 8, True),
+        StackWindow(data, STACK, False),  # ends higher again
+    ]
+    for regs in (spin_regs(), c_regs):
+        for window in windows:
+            if window.base > regs[DW_RSP]:  # type: ignore[operator]
+                continue
+            assert same(unwinder.unwind(regs, window, history), fresh(space, regs, window))
+
+
+def test_a_read_of_the_maps_in_between_is_a_walk_from_scratch() -> None:
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    space.generation += 1
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), history)
+    assert taken(second, first) == 0
+    third = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    assert taken(third, second) >= 2
+
+
+def test_the_depth_limit_counts_taken_over_frames() -> None:
+    """A first walk from c stops at the limit of 3 frames (c, jit, main); one from spin under it reaches
+    the jit frame's state at depth 2, where taking over jit and main would make 4."""
+    space = Space()
+    unwinder = NativeUnwinder(space, max_frames=3)  # type: ignore[arg-type]
+    history = WalkHistory()
+    c_regs = registers(rip=0x1150, rsp=STACK + 8, rbp=STACK + 0x40, rbx=0xAAA)
+    first = unwinder.unwind(c_regs, mixed_stack().window(), history)
+    assert len(first.frames) == 3 and first.stop == StopReason.DEPTH_LIMIT
+    out = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    assert same(out, fresh(space, spin_regs(), mixed_stack().window(), max_frames=3))
+    assert len(out.frames) == 3 and out.stop == StopReason.DEPTH_LIMIT
+
+
+def test_a_walk_stopped_by_the_end_of_the_copy_goes_on_in_a_longer_one() -> None:
+    """The walk that ended at the copy's end is not taken over but run again: in a copy that ends higher
+    (rsp rose, with a full window) it goes on."""
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    data = bytes(mixed_stack().data)
+    first = unwinder.unwind(spin_regs(), StackWindow(data[:0x58], STACK, True), history)
+    assert first.stop == StopReason.WINDOW_EXHAUSTED and len(first.frames) == 4
+    window = StackWindow(data[:0x80], STACK, True)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), window, history)
+    assert same(second, fresh(space, spin_regs(SPIN_PC_2), window))
+    assert second.stop == StopReason.END_OF_STACK and taken(second, first) >= 1
+
+
+class RefreshingSpace(Space):
+    """Reads its maps again when the unwinder first looks up the second pc in spin."""
+
+    def find(self, avma, code=False):  # type: ignore[no-untyped-def]
+        if avma == SPIN_PC_2:
+            self.generation += 1
+        return super().find(avma, code)
+
+
+def test_a_read_of_the_maps_during_the_walk_ends_the_take_over() -> None:
+    space = RefreshingSpace()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), history)
+    assert same(second, fresh(space, spin_regs(SPIN_PC_2), mixed_stack().window()))
+    assert taken(second, first) == 0 and history.generation == -1
+
+
+#: values the random changes write: return addresses into every function, stack addresses, junk
+WORDS = [0, 1, 0x1150, 0x1158, 0x5020, 0x1250, 0x1310, 0x1318, 0x1410, 0xB0B, 0x9999,
+         *(STACK + off for off in range(0, 0x80, 8))]  # fmt: skip
+STARTS = [  # (rip, rsp, rbp): stops in spin, c, the jit code and main
+    (SPIN_PC, STACK, STACK + 0x40), (SPIN_PC_2, STACK, STACK + 0x40), (0x1150, STACK + 8, STACK + 0x40),
+    (0x5030, STACK + 0x38, STACK + 0x40), (0x1260, STACK + 0x50, 0),
+]  # fmt: skip
+
+
+def test_random_changes_never_change_the_result() -> None:
+    """2000 walks of one thread, each after a random change: a word of the stack rewritten, another stop,
+    a copy cut elsewhere, the maps read again. Each equals a walk from scratch."""
+    rng = random.Random(1234)
+    space = Space()
+    unwinder = NativeUnwinder(space, max_frames=rng.choice([3, 5, 2048]))  # type: ignore[arg-type]
+    history = WalkHistory()
+    stack = mixed_stack()
+    start = STARTS[0]
+    took = 0
+    before: UnwoundStack | None = None
+    for _ in range(2000):
+        change = rng.random()
+        if change < 0.5:
+            stack.put(STACK + 8 * rng.randrange(0x80 // 8), rng.choice(WORDS))
+        elif change < 0.55:
+            stack = mixed_stack()
+        elif change < 0.8:
+            start = rng.choice(STARTS)
+        elif change < 0.82:
+            space.generation += 1
+        rip, rsp, rbp = start
+        regs = registers(rip=rip, rsp=rsp, rbp=rbp, rbx=rng.choice([0xAAA, 0xAAA, 0xB0B]))
+        lo = rng.choice([0, 0, rsp - STACK])
+        hi = rng.choice([len(stack.data), len(stack.data), 0x58, 0x60, 0x40])
+        window = StackWindow(bytes(stack.data[lo:hi]), STACK + lo, hi < len(stack.data))
+        out = unwinder.unwind(regs, window, history)
+        expect = fresh(space, regs, window, unwinder.max_frames)
+        assert same(out, expect), (start, lo, hi)
+        took += before is not None and taken(out, before) > 0
+        before = out
+    assert took > 200  # the take-over was tried, and happened, often
+
+
+def test_a_window_not_aligned_to_words_is_walked_whole_and_not_kept() -> None:
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    history = WalkHistory()
+    unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    assert history.generation == space.generation
+    odd = StackWindow(bytes(4) + bytes(mixed_stack().data), STACK - 4, False)
+    assert same(unwinder.unwind(spin_regs(), odd, history), fresh(space, spin_regs(), odd))
+    assert history.generation == -1

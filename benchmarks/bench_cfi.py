@@ -8,7 +8,9 @@
 * ``unwind``: cost per frame and per sample of ``NativeUnwinder.unwind`` on copies of real stacks:
   a C program built ``-O2 -fomit-frame-pointer`` recursing to ~31 frames, and CPython 3.12 running a
   pure-Python recursion (native frames through libpython). ``cold`` is the first pass (empty memo, FDEs
-  decoded on the way); ``warm`` the best of several passes once the per-pc memo is filled.
+  decoded on the way); ``warm`` the best of several passes once the per-pc memo is filled;
+  ``taking_over`` the same passes with each thread's walks taking over its previous walk's outer frames
+  where they still hold, as a recording's walks do (``unwind/reuse.py``).
 
 The machine is a shared 2-vCPU box: warm numbers are the best of ``--reps`` passes.
 
@@ -38,6 +40,7 @@ from profiler.target.process import TargetProcess  # noqa: E402
 from profiler.target.tracer import Tracer  # noqa: E402
 from profiler.unwind.address_space import AddressSpace  # noqa: E402
 from profiler.unwind.policy import NativeUnwinder  # noqa: E402
+from profiler.unwind.reuse import WalkHistory  # noqa: E402
 from profiler.unwind.stack import StackWindow  # noqa: E402
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
@@ -150,7 +153,7 @@ def memo_costs() -> dict[str, float]:
     return {"rule_memo_miss_us": round(miss * 1e6, 2), "rule_memo_hit_ns": round(hit * 1e9, 1)}
 
 
-Snapshot = tuple[list[int], StackWindow]
+Snapshot = tuple[int, list[int], StackWindow]  #: (thread id, registers, stack copy)
 
 
 def capture_snapshots(argv: list[str], samples: int) -> tuple[list[Snapshot], NativeUnwinder, subprocess.Popen]:
@@ -174,7 +177,7 @@ def capture_snapshots(argv: list[str], samples: int) -> tuple[list[Snapshot], Na
                 regs = [g.rax, g.rdx, g.rcx, g.rbx, g.rsi, g.rdi, g.rbp, g.rsp,
                         g.r8, g.r9, g.r10, g.r11, g.r12, g.r13, g.r14, g.r15, g.rip]  # fmt: skip
                 window = StackWindow(bytes(c.stack), c.stack_base, c.stack_len == tracer.stack_bytes)
-                snaps.append((regs, window))
+                snaps.append((c.thread.tid, regs, window))
             tracer.pump(time.monotonic() + 0.003)
     except BaseException:
         proc.kill()
@@ -190,12 +193,13 @@ def bench_unwind(name: str, argv: list[str], samples: int, reps: int) -> dict[st
     snaps, unwinder, proc = capture_snapshots(argv, samples)
     try:
         t0 = time.perf_counter()
-        stacks = [unwinder.unwind(regs, window) for regs, window in snaps]
+        stacks = [unwinder.unwind(regs, window) for _tid, regs, window in snaps]
         cold = time.perf_counter() - t0
         frames = sum(len(s.frames) for s in stacks)
         deep = [snap for snap, s in zip(snaps, stacks) if len(s.frames) >= DEEP_FRAMES]
         deep_frames = sum(len(s.frames) for s in stacks if len(s.frames) >= DEEP_FRAMES)
         best, best_deep = _best_pass(unwinder, snaps, reps), _best_pass(unwinder, deep, reps)
+        best_reuse = _best_pass(unwinder, snaps, reps, reuse=True)
     finally:
         proc.kill()
         proc.wait()
@@ -210,6 +214,7 @@ def bench_unwind(name: str, argv: list[str], samples: int, reps: int) -> dict[st
         "cold_us_per_frame": round(cold / frames * 1e6, 2),
         "warm_us_per_frame": round(best / frames * 1e6, 2),
         "warm_us_per_sample": round(best / len(snaps) * 1e6, 1),
+        "warm_us_per_sample_taking_over": round(best_reuse / len(snaps) * 1e6, 1),
     }
     if deep:
         out[f"samples_with_{DEEP_FRAMES}+_frames"] = len(deep)
@@ -219,14 +224,17 @@ def bench_unwind(name: str, argv: list[str], samples: int, reps: int) -> dict[st
     return out
 
 
-def _best_pass(unwinder: NativeUnwinder, snaps: list[Snapshot], reps: int) -> float:
+def _best_pass(unwinder: NativeUnwinder, snaps: list[Snapshot], reps: int, reuse: bool = False) -> float:
     """The fastest of ``reps`` passes over ``snaps``, in CPU time of this process: the machine is shared,
-    and wall time would count the time other processes held the CPU."""
+    and wall time would count the time other processes held the CPU. ``reuse``: each thread's walks take
+    over its previous walk's frames where they hold, as a recording's do (``unwind/reuse.py``); each pass
+    starts with no history."""
     best = float("inf")
     for _ in range(reps):
+        histories: dict[int, WalkHistory] = {}
         t0 = time.process_time()
-        for regs, window in snaps:
-            unwinder.unwind(regs, window)
+        for tid, regs, window in snaps:
+            unwinder.unwind(regs, window, histories.setdefault(tid, WalkHistory()) if reuse else None)
         best = min(best, time.process_time() - t0)
     return best
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from profiler.model import DW_RSP, StopReason, UnwoundStack
+from profiler.unwind import policy
 from profiler.unwind.policy import NativeUnwinder
 from profiler.unwind.reuse import WalkHistory
 from profiler.unwind.stack import StackWindow
@@ -224,3 +225,14 @@ def test_a_window_not_aligned_to_words_is_walked_whole_and_not_kept() -> None:
     odd = StackWindow(bytes(4) + bytes(mixed_stack().data), STACK - 4, False)
     assert same(unwinder.unwind(spin_regs(), odd, history), fresh(space, spin_regs(), odd))
     assert history.generation == -1
+
+
+def test_only_the_most_recently_walked_threads_keep_their_walk(monkeypatch) -> None:
+    monkeypatch.setattr(policy, "MAX_HISTORIES", 2)
+    space = Space()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    histories = [WalkHistory() for _ in range(3)]
+    for history in (histories[0], histories[1], histories[0], histories[2]):
+        unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    assert [h.generation for h in histories] == [space.generation, -1, space.generation]
+    assert histories[1].frames == [] and histories[1].offsets == []

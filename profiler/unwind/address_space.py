@@ -105,8 +105,8 @@ class AddressSpace:
         #: pages of code pcs still outside every mapping right after a refresh (the [vsyscall] page, code
         #: unmapped since its capture): their misses refresh only as often as other pcs' do
         self._missed_pages: set[int] = set()
-        #: how many times the maps were read: a walk kept for reuse (``unwind/reuse.py``) is valid in the
-        #: generation it was made in only, as the modules it named and the code it looked at may have changed
+        #: bumped whenever the executable ranges or the modules behind them change: what the unwinder found
+        #: at a pc (its per-pc memo, a walk kept for reuse: ``unwind/reuse.py``) holds within one generation
         self.generation = 0
         self.refresh()
 
@@ -164,7 +164,6 @@ class AddressSpace:
 
     def refresh(self) -> None:
         self._last_refresh = self._last_check = time.monotonic()
-        self.generation += 1
         self._code_lines = self.process.code_map_lines()  # what the next check compares with
         maps = self.process.refresh_maps().mappings
         if not maps and self._entries:  # gone since (an exit between ticks): keep what the samples need
@@ -184,6 +183,8 @@ class AddressSpace:
                 module, obj = self.registry.intern(label, 0, m.start, m.end, m.start, None, False), None
             entries.append(ModuleEntry(m.start, m.end, module, obj))
         entries.sort(key=lambda e: e.start)
+        if [(e.start, e.end, e.module.id) for e in entries] != [(e.start, e.end, e.module.id) for e in self._entries]:
+            self.generation += 1
         self._entries = entries
         self._starts = [e.start for e in entries]
 

@@ -88,9 +88,9 @@ class NativeUnwinder:
     """Unwinds snapshots of one process (the sampler calls ``unwind`` once per captured thread).
 
     A per-pc memo maps each looked-up avma to its module and CFI rule, so a warm frame costs one dict
-    hit instead of a module search and a table lookup. It is emptied whenever the address space gains a
-    module (a new path, inode or bias: ``dlopen``, or a library replaced at the same address); the
-    count of known modules is the signal, as ``AddressSpace`` keeps no generation number.
+    hit instead of a module search and a table lookup. It is emptied whenever the address space's
+    executable ranges change (``AddressSpace.generation``: ``dlopen``, ``dlclose``, a library replaced at
+    the same address).
     """
 
     def __init__(self, space: AddressSpace, max_frames: int = 2048) -> None:
@@ -101,7 +101,7 @@ class NativeUnwinder:
         #: or None, for return addresses whose byte before has no CFI: kept apart from ``_memo``, which is
         #: keyed by the address looked up, since an innermost pc may equal another frame's return address - 1
         self._entered: dict[int, UnwindRule | None] = {}
-        self._memo_modules = -1
+        self._memo_generation = -1
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
         self._kept: OrderedDict[int, WalkHistory] = OrderedDict()  #: id -> history, least recently walked first
 
@@ -113,10 +113,10 @@ class NativeUnwinder:
         walk takes over where they still hold (``reuse.py``); it is replaced by this walk."""
         regs = list(regs[:NUM_DWARF_REGS]) + [None] * (NUM_DWARF_REGS - len(regs))
         memo = self._memo
-        if len(self.space.modules) != self._memo_modules or len(memo) + len(self._entered) >= MAX_MEMO:
+        if self.space.generation != self._memo_generation or len(memo) + len(self._entered) >= MAX_MEMO:
             memo.clear()
             self._entered.clear()
-            self._memo_modules = len(self.space.modules)
+            self._memo_generation = self.space.generation
         if history is None or not loggable(window):
             if history is not None:
                 history.forget()

@@ -79,3 +79,19 @@ def test_a_library_swapped_at_the_same_addresses_is_seen_at_the_next_check() -> 
     second = space.find(0x10010, code=True)
     assert process.reads == 2 and first is not None and second is not None
     assert second.module.id != first.module.id
+
+
+def test_the_generation_changes_with_the_code_mapped_not_with_each_read() -> None:
+    """What the unwinder keeps per pc and per walk holds within a generation: a read of the maps that finds
+    the same code mapped keeps it; a library loaded, or unloaded, starts a new one."""
+    space, process = space_after_a_load()
+    generation = space.generation
+    process.mappings = [FIRST]  # the load undone before anyone saw it
+    space.refresh()
+    assert space.generation == generation
+    process.mappings = [FIRST, LOADED]
+    space.refresh()
+    assert space.generation == generation + 1
+    process.mappings = [LOADED]
+    space.refresh()
+    assert space.generation == generation + 2

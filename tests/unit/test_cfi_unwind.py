@@ -117,6 +117,7 @@ class FakeSpace:
         app = Module(0, "app", None, 0x1000, 0x4000, 0)
         jit = Module(1, "jit", None, 0x5000, 0x6000, 0, file_backed=False)
         self.modules = [app, jit]
+        self.generation = 0  #: AddressSpace.generation: the maps never change here
         self.entries = [ModuleEntry(0x1000, 0x4000, app, FakeObject(app_table())),  # type: ignore[arg-type]
                         ModuleEntry(0x5000, 0x6000, jit, FakeObject(None))]  # type: ignore[arg-type]  # fmt: skip
         self.code: dict[int, bool] = {}  #: avma looked up -> whether the unwinder said it is code

@@ -40,7 +40,6 @@ from profiler.target.process import TargetProcess  # noqa: E402
 from profiler.target.tracer import Tracer  # noqa: E402
 from profiler.unwind.address_space import AddressSpace  # noqa: E402
 from profiler.unwind.policy import NativeUnwinder  # noqa: E402
-from profiler.unwind.reuse import WalkHistory  # noqa: E402
 from profiler.unwind.stack import StackWindow  # noqa: E402
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
@@ -228,13 +227,12 @@ def _best_pass(unwinder: NativeUnwinder, snaps: list[Snapshot], reps: int, reuse
     """The fastest of ``reps`` passes over ``snaps``, in CPU time of this process: the machine is shared,
     and wall time would count the time other processes held the CPU. ``reuse``: each thread's walks take
     over its previous walk's frames where they hold, as a recording's do (``unwind/reuse.py``); each pass
-    starts with no history."""
+    starts with none kept (its threads are keyed anew)."""
     best = float("inf")
-    for _ in range(reps):
-        histories: dict[int, WalkHistory] = {}
+    for rep in range(reps):
         t0 = time.process_time()
         for tid, regs, window in snaps:
-            unwinder.unwind(regs, window, histories.setdefault(tid, WalkHistory()) if reuse else None)
+            unwinder.unwind(regs, window, (rep, tid) if reuse else None)
         best = min(best, time.process_time() - t0)
     return best
 

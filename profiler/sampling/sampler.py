@@ -183,8 +183,6 @@ class Sampler:
                 records = target.records = tracer.seized.sync(pid)
             for record in records:
                 if record.gone:
-                    if record.user is not None:  # its last walk is of no use now
-                        record.user.walk.forget()
                     continue
                 if reuse(record, record.user or self._state(record)):
                     reused += 1

@@ -8,6 +8,8 @@ the frames: merge, anchor and lock-wait checks, building frame keys and internin
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from profiler.config import SamplerConfig
 from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason, UnwoundStack
 from profiler.sampling.merge import MergeOutcome, merge
@@ -15,7 +17,6 @@ from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
 from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord
-from profiler.unwind.reuse import WalkHistory
 from profiler.unwind.sigframe import interrupted_registers
 from profiler.unwind.stack import StackWindow
 
@@ -52,7 +53,7 @@ class StackRecorder:
         if self.native:
             if capture.stack_len < 0:
                 session.count("stack_read_errors")
-            unwound = self.unwind(target, capture, state.walk)
+            unwound = self.unwind(target, capture, capture.thread.key)
             native, stop = unwound.frames, unwound.stop
         runtime = self._runtime_frames(target, capture)
         memo_key = (tuple(native), tuple(runtime), stop)
@@ -71,10 +72,11 @@ class StackRecorder:
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
 
-    def unwind(self, target: Target, capture: Capture, history: WalkHistory | None = None) -> UnwoundStack:
+    def unwind(self, target: Target, capture: Capture, thread: Hashable | None = None) -> UnwoundStack:
         """The native frames of one capture. A walk that went past a signal frame onto a stack not copied
         learns that it is the thread's own (``_learn_home_stack``): its next copies take it too.
-        ``history``: the thread's previous walk, whose outer frames this one may take over (``reuse.py``)."""
+        ``thread``: the thread's key, for its walk to take over its previous walk's outer frames
+        (``unwind/reuse.py``)."""
         home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
         window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
         regs = dwarf_registers(capture)
@@ -83,7 +85,7 @@ class StackRecorder:
             if interrupted is not None:
                 regs = interrupted
                 self.session.count("samples_at_handler_entry")
-        unwound = target.unwinder.unwind(regs, window, history)
+        unwound = target.unwinder.unwind(regs, window, thread)
         if unwound.other_sp:
             self._learn_home_stack(target, capture.thread, unwound.other_sp)
         return unwound

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from profiler.config import SamplerConfig
 from profiler.model import NativeFrame, SampleClass, StopReason
@@ -15,7 +15,6 @@ from profiler.target.process import TargetProcess
 from profiler.target.capture import ThreadRecord
 from profiler.unwind.address_space import AddressSpace
 from profiler.unwind.policy import NativeUnwinder
-from profiler.unwind.reuse import WalkHistory
 
 #: how long a just-started process is given to load its runtime (libpython is mapped after exec)
 DETECT_GRACE = 5.0
@@ -49,8 +48,6 @@ class ThreadState:
     last_class: SampleClass = SampleClass.RUNNING
     runtime_named: bool = False  #: the runtime has named the thread (``thread_naming.py``)
     name_looks: int = 0  #: times the runtime was asked for its name without an answer
-    #: its last native walk, whose outer frames the next one takes over where they still hold
-    walk: WalkHistory = field(default_factory=WalkHistory)
 
     def sampled(self) -> None:
         """The stop in progress yielded a sample: later idle checks compare against the schedstat read

@@ -28,7 +28,7 @@ read from there on unchanged, takes over its frames from there instead of walkin
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections.abc import Hashable
 
 from profiler.binary.cfi import UnwindRule
 from profiler.binary.objfile import ObjectFile
@@ -47,7 +47,7 @@ from profiler.model import (
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
 from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
-from profiler.unwind.reuse import MAX_ATTEMPTS, LoggedWindow, Walk, WalkHistory, WalkState, loggable
+from profiler.unwind.reuse import MAX_LOGS, LoggedWindow, Previous, WalkLog, WalkState, loggable
 from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, find_return_address
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.trampolines import rule_before
@@ -56,10 +56,6 @@ from profiler.unwind.trampolines import rule_before
 MIN_PC = 0x1000
 #: per-pc memo entries kept before the memo is cleared (a bound on memory)
 MAX_MEMO = 1 << 18
-#: threads of one process whose last walk is kept for the next to take over (``reuse.py``); the least
-#: recently walked are forgotten beyond it. A walk of a 34-frame C stack keeps ~26 KB (its states, reads and
-#: frames, measured with tracemalloc), so a server with thousands of threads stays within ~26 MB
-MAX_HISTORIES = 1024
 
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
 #: why a walk fails when the words it needs are not in the copy
@@ -103,54 +99,48 @@ class NativeUnwinder:
         self._entered: dict[int, UnwindRule | None] = {}
         self._memo_generation = -1
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
-        self._kept: OrderedDict[int, WalkHistory] = OrderedDict()  #: id -> history, least recently walked first
+        #: thread -> its last walk, least recently walked first (at most ``reuse.MAX_LOGS``)
+        self._logs: dict[Hashable, WalkLog] = {}
 
-    def unwind(
-        self, regs: list[int | None], window: StackWindow, history: WalkHistory | None = None
-    ) -> UnwoundStack:
+    def unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
-        r8-r15, rip) and the stack copy. ``history``: the thread's previous walk, whose outer frames this
-        walk takes over where they still hold (``reuse.py``); it is replaced by this walk."""
+        r8-r15, rip) and the stack copy. ``thread``: a key of the thread sampled; its walk takes over the
+        outer frames of the thread's previous walk where they still hold (``reuse.py``), and is kept for its
+        next."""
         regs = list(regs[:NUM_DWARF_REGS]) + [None] * (NUM_DWARF_REGS - len(regs))
         memo = self._memo
-        if self.space.generation != self._memo_generation or len(memo) + len(self._entered) >= MAX_MEMO:
+        generation = self.space.generation
+        if generation != self._memo_generation or len(memo) + len(self._entered) >= MAX_MEMO:
             memo.clear()
             self._entered.clear()
-            self._memo_generation = self.space.generation
-        if history is None or not loggable(window):
-            if history is not None:
-                history.forget()
-            return self._walk(regs, window, [], None)
-        generation = self.space.generation
+            self._memo_generation = generation
+        if thread is None:
+            return self._walk(regs, window, [], None, None)
+        logs = self._logs
+        prev = logs.pop(thread, None)
+        if not loggable(window):
+            return self._walk(regs, window, [], None, None)
+        log = WalkLog(generation, window.end)
+        previous = Previous(prev) if prev is not None and prev.generation == generation else None
         scanned = self.frames_scanned
-        logged = LoggedWindow(window)
-        walk = Walk(history if history.generation == generation else None)
-        stack_frames: list[NativeFrame] = []
-        stack = self._walk(regs, logged, stack_frames, walk)
-        if self.space.generation != generation:  # the maps were read during the walk
-            history.forget()
-        else:
-            history.keep(generation, walk.states, walk.sps, walk.marks, logged, stack_frames,
-                         self.frames_scanned != scanned)  # fmt: skip
-            self._kept_last(history)
+        stack = self._walk(regs, LoggedWindow(window, log), log.frames, log, previous)
+        log.scanned = self.frames_scanned != scanned
+        # the most recently walked last; one begun before the code mapped changed is never taken over
+        logs[thread] = log
+        if len(logs) > MAX_LOGS:
+            del logs[next(iter(logs))]
         return stack
 
-    def _kept_last(self, history: WalkHistory) -> None:
-        """``history`` holds the latest walk: keep at most ``MAX_HISTORIES``, forgetting the oldest."""
-        kept = self._kept
-        key = id(history)  # (the dict holds the history, so its id is not reused while it is there)
-        if key in kept:
-            kept.move_to_end(key)
-            return
-        kept[key] = history
-        if len(kept) > MAX_HISTORIES:
-            kept.popitem(last=False)[1].forget()
-
     def _walk(
-        self, regs: list[int | None], window: StackWindow, frames: list[NativeFrame], walk: Walk | None
+        self,
+        regs: list[int | None],
+        window: StackWindow,
+        frames: list[NativeFrame],
+        log: WalkLog | None,
+        previous: Previous | None,
     ) -> UnwoundStack:
-        """The walk itself, appending to ``frames``; with ``walk``, each iteration's state is noted, and the
-        previous walk's frames are taken over at the first state they share whose reads still hold."""
+        """The walk itself, appending to ``frames``; with ``log``, each iteration's state is noted there, and
+        the ``previous`` walk's frames are taken over at the first state they share whose reads still hold."""
         append = frames.append
         memo = self._memo
         max_frames = self.max_frames
@@ -159,16 +149,15 @@ class NativeUnwinder:
         method = UnwindMethod.IP
         exact = True  # look the pc up as is: innermost frame, or interrupted by a signal
         while True:
-            if walk is not None:
+            if log is not None:
                 state = (regs, method, exact)
-                prev = walk.prev
-                j = walk.find(prev, sp) if prev is not None else None
-                if j is not None and self._take_over(walk, prev, j, state, len(frames), window):  # type: ignore
-                    frames.extend(prev.frames[j : len(prev.states) - 1])  # type: ignore[union-attr]
-                    regs, method, exact = prev.states[-1]  # type: ignore[union-attr]
+                j = previous.find(sp) if previous is not None else None
+                if j is not None and self._take_over(log, previous, j, state, len(frames), window):  # type: ignore
+                    regs, method, exact = previous.log.states[-1]  # type: ignore[union-attr]
                     pc, sp = regs[DW_RA], regs[DW_RSP]
+                    previous = None
                 else:
-                    walk.note(state, sp, window)  # type: ignore[arg-type]
+                    log.note(state, sp)
             lookup = pc if exact else pc - 1
             hit = memo.get(lookup)
             if hit is None:
@@ -215,28 +204,25 @@ class NativeUnwinder:
             regs = caller  # type: ignore[assignment]
 
     def _take_over(
-        self, walk: Walk, prev: WalkHistory, j: int, state: WalkState, depth: int, window: StackWindow
+        self, log: WalkLog, previous: Previous, j: int, state: WalkState, depth: int, window: StackWindow
     ) -> bool:
         """Whether this walk, at ``state`` after ``depth`` frames, can take over the previous walk's
         iterations from ``j`` (at the same stack pointer) to its last, which it then runs again: ``j``
-        started at the same state, the maps were not read since, the frames fit under the depth limit, and
-        every word those iterations read is unchanged. If so, their states and reads are noted as this
-        walk's."""
+        started at the same state, the code mapped did not change since, the frames fit under the depth
+        limit, and every word those iterations read is unchanged. If so, they are noted in ``log``, and
+        their frames appended to the walk's (``log.frames``)."""
+        prev = previous.log
         if prev.states[j] != state:
             return False
-        walk.attempts += 1
-        if walk.attempts >= MAX_ATTEMPTS:
-            walk.prev = None
+        previous.attempts += 1
         last = len(prev.states) - 1
         if not (
-            j < last
-            and self.space.generation == prev.generation
+            self.space.generation == prev.generation
             and depth + last - j <= self.max_frames
             and prev.reads_match(window, j, last)
         ):
             return False
-        walk.take(prev, j, window)  # type: ignore[arg-type]
-        walk.prev = None
+        log.take(prev, j)
         if prev.scanned:
             self.frames_scanned += sum(1 for f in prev.frames[j:last] if f.method is UnwindMethod.SCAN)
         return True

@@ -31,11 +31,16 @@ WalkState = tuple[list, object, bool]
 #: take-overs tried per walk: each that fails costs a pass over reads up to the first changed one, and one
 #: fails only when a word changed without changing the state after it (a stack scan passing over it)
 MAX_ATTEMPTS = 3
+#: threads of one process whose last walk is kept for the next to take over; the least recently walked are
+#: forgotten beyond it (an exited thread's among them). A walk of a 34-frame C stack keeps ~26 KB (its
+#: states, reads and frames, measured with tracemalloc), so a server with thousands of threads stays
+#: within ~26 MB
+MAX_LOGS = 1024
 
 
 class LoggedWindow(StackWindow):
-    """A ``StackWindow`` that notes every word read from it, in order, for a later copy to be checked
-    against: the word ``offsets[i]`` read as ``values[i]``, where ``offsets[i]`` counts words from the end
+    """A ``StackWindow`` that notes every word read from it in its ``WalkLog``, in order, for a later copy to
+    be checked against: the word ``offsets[i]`` read as ``values[i]``, where ``offsets[i]`` counts words from the end
     of the copy (-1 is its last word). A read outside the copy, or not aligned to a word, is noted as
     (-1, None), which never checks out. Only an aligned window without a second copy is logged
     (``loggable``).
@@ -46,11 +51,10 @@ class LoggedWindow(StackWindow):
 
     __slots__ = ("offsets", "values")
 
-    def __init__(self, window: StackWindow) -> None:  # pylint: disable=super-init-not-called
+    def __init__(self, window: StackWindow, log: WalkLog) -> None:  # pylint: disable=super-init-not-called
         self.base, self.end, self.full, self.home = window.base, window.end, window.full, None
         self._bytes, self.words = window._bytes, window.words
-        self.offsets: list[int] = []
-        self.values: list[int | None] = []
+        self.offsets, self.values = log.offsets, log.values  # the log's own lists: appended to here
 
     def read(self, addr: int) -> int | None:
         off = addr - self.base
@@ -71,39 +75,44 @@ def loggable(window: StackWindow) -> bool:
     return window.words is not None and window.home is None
 
 
-class WalkHistory:
-    """One thread's previous walk, kept between its samples: the state each iteration started from, where
-    its reads began in the log, the log, and the frames. Owned by the caller (one per thread), written by
-    the unwinder after each walk it logged. ``frames`` is the list the walk returned: nobody changes it."""
+class WalkLog:
+    """One walk as the thread's next walk needs it, filled in as it goes: the state each iteration started
+    from and its stack pointer, where its reads start in the log, the log (``LoggedWindow``), the frames
+    (the list the walk returned: nobody changes it), and the ``AddressSpace.generation`` it was made in."""
 
     __slots__ = ("generation", "end", "states", "sps", "marks", "offsets", "values", "frames", "scanned")
 
-    generation: int  #: ``AddressSpace.generation`` the walk was made in (-1: none kept)
-    states: list[WalkState]
-    sps: list[int]  #: per iteration, its stack pointer
-    marks: list[int]  #: per iteration, the index of its first read in ``offsets``
-    offsets: list[int]  #: the words read, counted from ``end`` (``LoggedWindow``)
-    values: list[int | None]
-    frames: list[NativeFrame]
-
-    def __init__(self) -> None:
-        self.end = 0  #: where the copy it read ended
-        self.scanned = False  #: a frame was found by a stack scan (the session counts them per sample)
-        self.forget()
-
-    def forget(self) -> None:
-        """No walk to take over (and none kept in memory: the thread may be gone)."""
-        self.generation = -1
-        self.states, self.sps, self.marks, self.offsets, self.values, self.frames = [], [], [], [], [], []
-
-    def keep(
-        self, generation: int, states: list[WalkState], sps: list[int], marks: list[int], window: LoggedWindow,
-        frames: list[NativeFrame], scanned: bool,
-    ) -> None:
-        """Remember a walk, made in ``generation``, for the thread's next one."""
+    def __init__(self, generation: int, end: int) -> None:
         self.generation = generation
-        self.states, self.sps, self.marks, self.frames, self.scanned = states, sps, marks, frames, scanned
-        self.end, self.offsets, self.values = window.end, window.offsets, window.values
+        self.end = end  #: where the copy it read ended (``offsets`` count from there)
+        self.states: list[WalkState] = []
+        self.sps: list[int] = []
+        self.marks: list[int] = []  #: per iteration, the index of its first read in ``offsets``
+        self.offsets: list[int] = []
+        self.values: list[int | None] = []
+        self.frames: list[NativeFrame] = []
+        self.scanned = False  #: a frame was found by a stack scan (the session counts them per sample)
+
+    def note(self, state: WalkState, sp: int) -> None:
+        """An iteration starts at ``state``; its reads will follow those logged so far."""
+        self.states.append(state)
+        self.sps.append(sp)
+        self.marks.append(len(self.offsets))
+
+    def take(self, prev: WalkLog, first: int) -> None:
+        """Note the previous walk's iterations from ``first`` to its last as this walk's (the last one, to
+        be run again, with no reads yet), with the reads of all but the last, and its frames but the last
+        iteration's."""
+        lo, hi = prev.marks[first], prev.marks[-1]
+        shift = len(self.offsets) - lo
+        self.states.extend(prev.states[first:])
+        self.sps.extend(prev.sps[first:])
+        self.marks.extend([mark + shift for mark in prev.marks[first:]])
+        end_shift = _shift(prev.end, self.end)
+        offsets = prev.offsets[lo:hi]
+        self.offsets.extend(map(add, offsets, repeat(end_shift)) if end_shift else offsets)
+        self.values.extend(prev.values[lo:hi])
+        self.frames.extend(prev.frames[first : len(prev.states) - 1])
 
     def reads_match(self, window: StackWindow, first: int, last: int) -> bool:
         """Every word iterations ``first`` to ``last - 1`` read is inside ``window`` and holds the value it
@@ -112,10 +121,10 @@ class WalkHistory:
         words = window.words
         assert words is not None
         lo, hi = self.marks[first], self.marks[last]
-        if hi - lo < 2:
-            return hi == lo or _word(words, self.offsets[lo] + _shift(self.end, window.end)) == self.values[lo]
-        index = self.offsets[lo:hi]
         shift = _shift(self.end, window.end)
+        if hi - lo < 2:
+            return hi == lo or _word(words, self.offsets[lo] + shift) == self.values[lo]
+        index = self.offsets[lo:hi]
         if shift < 0:  # this copy ends that many words above the last one: leave them out
             words = words[:shift]
         elif shift > 0:  # ... below it: count from its end, and leave out words above it
@@ -138,46 +147,26 @@ def _word(words: memoryview, index: int) -> int | None:
     return words[index] if -len(words) <= index < 0 else None
 
 
-class Walk:
-    """The states and read positions of the walk in progress, and the previous walk it may take over
-    (``prev``, None once it was taken over or tried ``MAX_ATTEMPTS`` times)."""
+class Previous:
+    """The previous walk as the walk in progress looks for a state to take it over at."""
 
-    __slots__ = ("states", "sps", "marks", "prev", "attempts", "cursor")
+    __slots__ = ("log", "cursor", "attempts")
 
-    def __init__(self, prev: WalkHistory | None) -> None:
-        self.states: list[WalkState] = []
-        self.sps: list[int] = []
-        self.marks: list[int] = []
-        self.prev = prev
-        self.attempts = 0
+    def __init__(self, log: WalkLog) -> None:
+        self.log = log
         self.cursor = 0  #: the previous walk's first iteration not yet passed by this one's stack pointer
+        self.attempts = 0  #: take-overs tried (``MAX_ATTEMPTS``)
 
-    def find(self, prev: WalkHistory, sp: int) -> int | None:
-        """The previous walk's iteration, not its last, that started at stack pointer ``sp``. Both walks go
-        up the stack, so one cursor over the previous walk's stack pointers serves the whole walk (where
-        a signal frame moves a walk down, an iteration may be missed: no frames are taken over there)."""
-        sps, i = prev.sps, self.cursor
+    def find(self, sp: int) -> int | None:
+        """The previous walk's iteration, not its last, that started at stack pointer ``sp``, while
+        attempts are left. Both walks go up the stack, so one cursor over the previous walk's stack
+        pointers serves the whole walk (where a signal frame moves a walk down, an iteration may be missed:
+        no frames are taken over there)."""
+        if self.attempts >= MAX_ATTEMPTS:
+            return None
+        sps, i = self.log.sps, self.cursor
         n = len(sps) - 1
         while i < n and sps[i] < sp:
             i += 1
         self.cursor = i
         return i if i < n and sps[i] == sp else None
-
-    def note(self, state: WalkState, sp: int, window: LoggedWindow) -> None:
-        """An iteration starts at ``state``; its reads will follow those logged so far."""
-        self.states.append(state)
-        self.sps.append(sp)
-        self.marks.append(len(window.offsets))
-
-    def take(self, prev: WalkHistory, first: int, window: LoggedWindow) -> None:
-        """Note the previous walk's iterations from ``first`` to its last as this walk's (the last one, to
-        be run again, with no reads yet), with the reads of all but the last."""
-        lo, hi = prev.marks[first], prev.marks[-1]
-        shift = len(window.offsets) - lo
-        self.states.extend(prev.states[first:])
-        self.sps.extend(prev.sps[first:])
-        self.marks.extend([mark + shift for mark in prev.marks[first:]])
-        end_shift = _shift(prev.end, window.end)
-        offsets = prev.offsets[lo:hi]
-        window.offsets.extend(map(add, offsets, repeat(end_shift)) if end_shift else offsets)
-        window.values.extend(prev.values[lo:hi])

@@ -19,7 +19,6 @@ from profiler.target.process import TargetProcess
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace
 from profiler.unwind.policy import NativeUnwinder
-from profiler.unwind.reuse import WalkHistory
 from profiler.unwind.stack import StackWindow
 from tests.integration.test_record_cfi import DEPTH
 from tests.support.targets import running_target
@@ -39,14 +38,13 @@ def compare_walks(argv: list[str], ready_at: int = 1) -> tuple[int, int]:
             tracer.add_process(process)
             space = AddressSpace(process, ObjectFileCache(TableCache("cfi", enabled=False)))
             unwinder = NativeUnwinder(space)
-            histories: dict[int, WalkHistory] = {}
             last: dict[int, set[int]] = {}
             for _ in range(TICKS):
                 for c in tracer.capture(tracer.seized.sync(target.pid)):
                     window = StackWindow(bytes(c.stack), c.stack_base, c.window_full)
                     regs = dwarf_registers(c)
                     tid = c.thread.tid
-                    out = unwinder.unwind(regs, window, histories.setdefault(tid, WalkHistory()))
+                    out = unwinder.unwind(regs, window, tid)
                     expect = unwinder.unwind(regs, window)
                     assert list(out.frames) == list(expect.frames) and out.stop == expect.stop, (tid, walks)
                     took += any(id(f) in last.get(tid, ()) for f in out.frames)

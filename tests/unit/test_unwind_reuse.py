@@ -11,7 +11,6 @@ import random
 from profiler.model import DW_RSP, StopReason, UnwoundStack
 from profiler.unwind import policy
 from profiler.unwind.policy import NativeUnwinder
-from profiler.unwind.reuse import WalkHistory
 from profiler.unwind.stack import StackWindow
 from tests.unit.test_cfi_unwind import STACK, FakeSpace, mixed_stack, registers
 
@@ -19,11 +18,11 @@ SPIN_PC = 0x1010  # in spin, a leaf called by c (mixed_stack)
 SPIN_PC_2 = 0x1020
 
 
-class Space(FakeSpace):
-    generation = 1
+#: the key of the thread sampled, under which the unwinder keeps its last walk
+THREAD = 1
 
 
-def fresh(space: Space, regs: list[int | None], window: StackWindow, max_frames: int = 2048) -> UnwoundStack:
+def fresh(space: FakeSpace, regs: list[int | None], window: StackWindow, max_frames: int = 2048) -> UnwoundStack:
     return NativeUnwinder(space, max_frames).unwind(regs, window)  # type: ignore[arg-type]
 
 
@@ -42,12 +41,11 @@ def spin_regs(pc: int = SPIN_PC, rbx: int = 0xAAA) -> list[int | None]:
 
 
 def test_the_next_sample_takes_over_the_callers_of_the_leaf() -> None:
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
     window = mixed_stack().window()
-    first = unwinder.unwind(spin_regs(), window, history)
-    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), history)
+    first = unwinder.unwind(spin_regs(), window, THREAD)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), THREAD)
     assert same(second, fresh(space, spin_regs(SPIN_PC_2), window))
     # spin is walked (its pc moved), c's frame is run again to find c's caller... and the rest taken over
     assert [f.rel for f in second.frames] == [SPIN_PC_2, 0x114F, 0x501F, 0x124F, 0x130F]
@@ -56,26 +54,24 @@ def test_the_next_sample_takes_over_the_callers_of_the_leaf() -> None:
 
 
 def test_a_changed_saved_word_is_walked_again() -> None:
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
-    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
     s = mixed_stack()
     s.put(STACK + 0x58, 0x1318)  # main's return address: elsewhere in _start
-    second = unwinder.unwind(spin_regs(SPIN_PC_2), s.window(), history)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), s.window(), THREAD)
     assert same(second, fresh(space, spin_regs(SPIN_PC_2), s.window()))
     assert second.frames[-1].rel == 0x1317
     assert second.frames[-1] is not first.frames[-1]
 
 
 def test_a_changed_word_no_walk_reads_does_not_stop_the_take_over() -> None:
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
-    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
     s = mixed_stack()
     s.put(STACK + 0x18, 0x12345678)  # a local of c: read by no step
-    second = unwinder.unwind(spin_regs(SPIN_PC_2), s.window(), history)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), s.window(), THREAD)
     assert same(second, fresh(space, spin_regs(SPIN_PC_2), s.window()))
     assert taken(second, first) >= 2
 
@@ -83,20 +79,18 @@ def test_a_changed_word_no_walk_reads_does_not_stop_the_take_over() -> None:
 def test_a_different_callee_saved_register_is_a_different_state() -> None:
     """rbx is live in spin and saved by c: its value in the leaf reaches no caller here, but the states
     differ, so nothing is taken over at spin; c's caller restores rbx from the stack, and matches."""
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
-    first = unwinder.unwind(spin_regs(rbx=1), mixed_stack().window(), history)
-    second = unwinder.unwind(spin_regs(rbx=2), mixed_stack().window(), history)
+    first = unwinder.unwind(spin_regs(rbx=1), mixed_stack().window(), THREAD)
+    second = unwinder.unwind(spin_regs(rbx=2), mixed_stack().window(), THREAD)
     assert same(second, fresh(space, spin_regs(rbx=2), mixed_stack().window()))
     assert second.frames[0] is not first.frames[0]
 
 
 def test_copies_that_start_or_end_elsewhere() -> None:
     """The same stack copied from a higher rsp (a shallower stop) and cut lower (a full window)."""
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
     data = bytes(mixed_stack().data)
     c_regs = registers(rip=0x1150, rsp=STACK + 8, rbp=STACK + 0x40, rbx=0xAAA)  # stopped in c, after the call
     windows = [
@@ -110,31 +104,29 @@ def test_copies_that_start_or_end_elsewhere() -> None:
         for window in windows:
             if window.base > regs[DW_RSP]:  # type: ignore[operator]
                 continue
-            assert same(unwinder.unwind(regs, window, history), fresh(space, regs, window))
+            assert same(unwinder.unwind(regs, window, THREAD), fresh(space, regs, window))
 
 
 def test_a_read_of_the_maps_in_between_is_a_walk_from_scratch() -> None:
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
-    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
     space.generation += 1
-    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), history)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), THREAD)
     assert taken(second, first) == 0
-    third = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    third = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
     assert taken(third, second) >= 2
 
 
 def test_the_depth_limit_counts_taken_over_frames() -> None:
     """A first walk from c stops at the limit of 3 frames (c, jit, main); one from spin under it reaches
     the jit frame's state at depth 2, where taking over jit and main would make 4."""
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space, max_frames=3)  # type: ignore[arg-type]
-    history = WalkHistory()
     c_regs = registers(rip=0x1150, rsp=STACK + 8, rbp=STACK + 0x40, rbx=0xAAA)
-    first = unwinder.unwind(c_regs, mixed_stack().window(), history)
+    first = unwinder.unwind(c_regs, mixed_stack().window(), THREAD)
     assert len(first.frames) == 3 and first.stop == StopReason.DEPTH_LIMIT
-    out = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
+    out = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
     assert same(out, fresh(space, spin_regs(), mixed_stack().window(), max_frames=3))
     assert len(out.frames) == 3 and out.stop == StopReason.DEPTH_LIMIT
 
@@ -142,19 +134,18 @@ def test_the_depth_limit_counts_taken_over_frames() -> None:
 def test_a_walk_stopped_by_the_end_of_the_copy_goes_on_in_a_longer_one() -> None:
     """The walk that ended at the copy's end is not taken over but run again: in a copy that ends higher
     (rsp rose, with a full window) it goes on."""
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
     data = bytes(mixed_stack().data)
-    first = unwinder.unwind(spin_regs(), StackWindow(data[:0x58], STACK, True), history)
+    first = unwinder.unwind(spin_regs(), StackWindow(data[:0x58], STACK, True), THREAD)
     assert first.stop == StopReason.WINDOW_EXHAUSTED and len(first.frames) == 4
     window = StackWindow(data[:0x80], STACK, True)
-    second = unwinder.unwind(spin_regs(SPIN_PC_2), window, history)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), window, THREAD)
     assert same(second, fresh(space, spin_regs(SPIN_PC_2), window))
     assert second.stop == StopReason.END_OF_STACK and taken(second, first) >= 1
 
 
-class RefreshingSpace(Space):
+class RefreshingSpace(FakeSpace):
     """Reads its maps again when the unwinder first looks up the second pc in spin."""
 
     def find(self, avma, code=False):  # type: ignore[no-untyped-def]
@@ -166,11 +157,13 @@ class RefreshingSpace(Space):
 def test_a_read_of_the_maps_during_the_walk_ends_the_take_over() -> None:
     space = RefreshingSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
-    first = unwinder.unwind(spin_regs(), mixed_stack().window(), history)
-    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), history)
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
+    second = unwinder.unwind(spin_regs(SPIN_PC_2), mixed_stack().window(), THREAD)
     assert same(second, fresh(space, spin_regs(SPIN_PC_2), mixed_stack().window()))
-    assert taken(second, first) == 0 and history.generation == -1
+    assert taken(second, first) == 0
+    third = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
+    assert taken(third, second) == 0  # the walk made while the code mapped changed was not kept
+    assert taken(unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD), third) >= 2
 
 
 #: values the random changes write: return addresses into every function, stack addresses, junk
@@ -186,9 +179,8 @@ def test_random_changes_never_change_the_result() -> None:
     """2000 walks of one thread, each after a random change: a word of the stack rewritten, another stop,
     a copy cut elsewhere, the maps read again. Each equals a walk from scratch."""
     rng = random.Random(1234)
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space, max_frames=rng.choice([3, 5, 2048]))  # type: ignore[arg-type]
-    history = WalkHistory()
     stack = mixed_stack()
     start = STARTS[0]
     took = 0
@@ -208,7 +200,7 @@ def test_random_changes_never_change_the_result() -> None:
         lo = rng.choice([0, 0, rsp - STACK])
         hi = rng.choice([len(stack.data), len(stack.data), 0x58, 0x60, 0x40])
         window = StackWindow(bytes(stack.data[lo:hi]), STACK + lo, hi < len(stack.data))
-        out = unwinder.unwind(regs, window, history)
+        out = unwinder.unwind(regs, window, THREAD)
         expect = fresh(space, regs, window, unwinder.max_frames)
         assert same(out, expect), (start, lo, hi)
         took += before is not None and taken(out, before) > 0
@@ -217,22 +209,23 @@ def test_random_changes_never_change_the_result() -> None:
 
 
 def test_a_window_not_aligned_to_words_is_walked_whole_and_not_kept() -> None:
-    space = Space()
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    history = WalkHistory()
-    unwinder.unwind(spin_regs(), mixed_stack().window(), history)
-    assert history.generation == space.generation
+    first = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
+    second = unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD)
+    assert taken(second, first) >= 2  # kept
     odd = StackWindow(bytes(4) + bytes(mixed_stack().data), STACK - 4, False)
-    assert same(unwinder.unwind(spin_regs(), odd, history), fresh(space, spin_regs(), odd))
-    assert history.generation == -1
+    assert same(unwinder.unwind(spin_regs(), odd, THREAD), fresh(space, spin_regs(), odd))
+    assert taken(unwinder.unwind(spin_regs(), mixed_stack().window(), THREAD), second) == 0  # nothing kept
 
 
 def test_only_the_most_recently_walked_threads_keep_their_walk(monkeypatch) -> None:
-    monkeypatch.setattr(policy, "MAX_HISTORIES", 2)
-    space = Space()
+    monkeypatch.setattr(policy, "MAX_LOGS", 2)
+    space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    histories = [WalkHistory() for _ in range(3)]
-    for history in (histories[0], histories[1], histories[0], histories[2]):
-        unwinder.unwind(spin_regs(), mixed_stack().window(), history)
-    assert [h.generation for h in histories] == [space.generation, -1, space.generation]
-    assert histories[1].frames == [] and histories[1].offsets == []
+    last = {}
+    for thread in (0, 1, 0, 2):  # thread 1 is the least recently walked of three
+        last[thread] = unwinder.unwind(spin_regs(), mixed_stack().window(), thread)
+    for thread, kept in ((0, True), (2, True), (1, False)):
+        out = unwinder.unwind(spin_regs(), mixed_stack().window(), thread)
+        assert (taken(out, last[thread]) >= 2) is kept, thread

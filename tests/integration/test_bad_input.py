@@ -26,7 +26,7 @@ from tests.support.targets import (
 
 def assert_error(result: subprocess.CompletedProcess, code: int, *phrases: str) -> None:
     assert result.returncode == code, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("nprof: error: ")]
     assert len(errors) == 1, result.stderr  # one paragraph (notices such as "not Python" may precede it)
     for phrase in phrases:
@@ -124,7 +124,7 @@ def test_output_piped_into_a_reader_that_leaves(chain_fp):
         dump.stdout.close()  # before nprof has printed anything
         stderr = dump.stderr.read()
         assert dump.wait(timeout=60) == 128 + signal.SIGPIPE, stderr
-        assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+        assert "Traceback (most recent call last)" not in stderr and "internal error" not in stderr, stderr
         assert_running_free(target.pid)
 
 
@@ -232,5 +232,5 @@ def test_ctrl_c_while_nprof_starts_is_not_a_traceback():
         "sys.exit(main())\n"
     )
     result = subprocess.run([sys.executable, "-c", raise_in_import], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 130 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     assert "interrupted while starting" in result.stderr

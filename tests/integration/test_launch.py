@@ -95,7 +95,7 @@ def test_a_file_that_cannot_run(content, mode, phrase, tmp_path):
     result = run_nprof("record", "-o", str(out), "--", str(path))
     assert result.returncode == 2, result.stderr
     assert phrase.format(path=path) in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
     assert not out.exists()
 
 

@@ -28,7 +28,7 @@ DEPTH = 24
 def record(pid: int, out: str, *extra: str, duration: str = "2") -> None:
     result = run_nprof("record", "--pid", str(pid), "-d", duration, "-o", out, *extra)
     assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
 
 
 def reaches_root(stack: tuple[str, ...]) -> bool:

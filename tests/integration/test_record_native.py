@@ -30,7 +30,7 @@ DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of
 def record(pid: int, out: str, *extra: str) -> dict:
     result = run_nprof("record", "--pid", str(pid), "-d", "2", "-o", out, *extra)
     assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
     return {"stdout": result.stdout, "stderr": result.stderr}
 
 
@@ -70,7 +70,7 @@ def test_a_program_under_a_path_not_in_utf8(tmp_path):
     out = str(tmp_path / "chain.speedscope.json")
     with running_target([str(binary), str(DEPTH)]) as target:
         result = run_nprof_without_map_files("record", "--pid", str(target.pid), "-d", "1", "-o", out)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     [profile] = read_speedscope(out)
     named, total = share(profile.stacks, lambda s: ends_with(s, ("main", "a", "b", "c", "spin"))
                          or ends_with(s, ("recurse", "spin")))  # fmt: skip

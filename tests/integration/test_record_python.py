@@ -44,7 +44,7 @@ def marked_line(name: str, marker: str) -> int:
 def record(pid: int, out: str, *extra: str, duration: str = "2") -> None:
     result = run_nprof("record", "--pid", str(pid), "-d", duration, "-o", out, *extra)
     assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
 
 
 def python_part(stack: tuple, path: str) -> tuple[str, ...]:
@@ -154,7 +154,7 @@ def test_a_libpython_under_a_path_not_in_utf8_has_its_python_frames(interp, tmp_
         with open(f"/proc/{target.pid}/maps", "rb") as f:
             assert bytes(directory) in f.read(), "the copied libpython is the one loaded"
         result = run_nprof_without_map_files("record", "--pid", str(target.pid), "-d", "1", "-o", out)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     assert "cannot read the interpreter" not in result.stderr, result.stderr
     [profile] = read_speedscope(out)
     chain = ("<module>", "main", "outer", "middle", "inner")
@@ -209,7 +209,7 @@ def test_a_chain_deeper_than_the_bound_is_cut_visibly(interp, tmp_path):
     out = str(tmp_path / "deep.speedscope.json")
     with running_target([interp.path, path, "5000"], ready_at=2) as target:
         result = run_nprof("record", "--pid", str(target.pid), "-d", "1.5", "-o", out)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     assert f"deeper than {MAX_FRAMES} frames" in result.stderr and "(0 errors)" in result.stderr, result
     [profile] = read_speedscope(out)
 

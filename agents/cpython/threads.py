@@ -31,7 +31,7 @@ import functools
 from dataclasses import dataclass, field
 
 from agents.cpython.layout import Layout, ThreadLayout, fields_struct
-from agents.cpython.memory import Read, plausible, read_exact, read_pointer
+from agents.cpython.memory import Read, plausible, read_exact, read_pointer, read_u64
 
 MAX_INTERPRETERS = 64  #: py-spy's and the reference's bound
 MAX_THREADS = 4096
@@ -163,11 +163,12 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
     shared: set[int] = set()
     nested: set[int] = set()
     newer: dict[int, int] = {}
+    key_offset = layout.thread.native_thread_id if use_native else layout.thread.thread_id
     for key, infos in candidates.items():
         by_key[key] = infos[0]
         if len(infos) == 1:
             continue
-        running = [info for info in infos if innermost_frame(read, info.addr, layout)]
+        running = [info for info in infos if runs_under(read, info.addr, key_offset, key, layout)]
         chosen = by_key[key] = running[0] if running else infos[0]
         shared.add(chosen.addr)
         if any(info.interp != chosen.interp for info in running[1:]):  # (not a stale state of the same one)
@@ -200,8 +201,23 @@ def find_new_thread_state(read: Read, interp: int, gil: int, layout: Layout, key
             return None
         info, tstate = linked
         if (info.native_thread_id if by_native else info.thread_id) == key:
-            return info if by_native or innermost_frame(read, info.addr, layout) else None
+            return info if by_native or runs_under(read, info.addr, layout.thread.thread_id, key, layout) else None
     return None
+
+
+def runs_under(read: Read, tstate: int, key_offset: int, key: int, layout: Layout) -> bool:
+    """Whether a thread state's chain holds a frame while the state still has ``key`` (at ``key_offset``).
+
+    Up to 3.11 a new state holds its creating thread's ids (``new_threadstate``, 3.11's
+    ``init_threadstate``, Python/pystate.c) until its own thread sets them, before it runs a frame
+    (``t_bootstrap``, 3.11's ``thread_run``, Modules/_threadmodule.c). The walk reads the ids first and the
+    chain later, with the target running, so a thread that started in between read as its creator's
+    state with a frame: a 3.9 main thread starting a thread a millisecond was mapped to a worker's state in
+    4 of 128 walks, and had no Python frames until the next walk. Reading the key again after the chain
+    closes the gap, as x86-64 keeps stores in order: a frame is never seen with the id it replaced."""
+    if not innermost_frame(read, tstate, layout):
+        return False
+    return read_u64(read, tstate + key_offset) == key
 
 
 def innermost_frame(read: Read, tstate: int, layout: Layout) -> int:

@@ -61,9 +61,9 @@ def merge(
     native_complete: bool,
 ) -> tuple[list[Frame], MergeOutcome]:
     """Interleave; ``anchors[i]`` says whether ``native[i]`` is an eval-loop anchor. Innermost first."""
-    if not runtime:
-        return list(native), MergeOutcome.NO_RUNTIME
     groups = group_runtime(runtime)
+    if not groups:  # none, or only shims: a 3.12+ thread caught between an eval loop's entry and its frame
+        return list(native), MergeOutcome.NO_RUNTIME
     anchor_at = [i for i, is_anchor in enumerate(anchors) if is_anchor]
     n_anchor, n_group = len(anchor_at), len(groups)
     if n_anchor == n_group:

@@ -31,6 +31,14 @@ def test_no_runtime_frames_is_the_native_stack():
     assert frames == native and outcome is MergeOutcome.NO_RUNTIME
 
 
+def test_a_chain_of_shims_alone_is_the_native_stack_3_12():
+    """3.12+: a thread stopped while its eval loop's entry frame is the chain's only frame (a thread per
+    request on 3.13, where the merge crashed nprof with an IndexError)."""
+    native = [n(1), n(EVAL), n(2)]
+    frames, outcome = merge(native, anchors_of(native), [py(0, False, shim=True)], True)
+    assert frames == native and outcome is MergeOutcome.NO_RUNTIME
+
+
 def test_one_frame_per_activation_up_to_3_10():
     # innermost first: C leaf, eval(inner), call glue, eval(outer), main
     native = [n(1), n(EVAL), n(2), n(EVAL), n(3)]

@@ -242,17 +242,22 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     status = StatusLine(sampler)
     stop = StopFlag()
     with stop:  # a signal from here on ends the recording; what was sampled is still written
+        failure: Exception | None = None
         try:
             for tick in sampler.run(stop):
                 status.update(tick)
+        except Exception as e:  # a bug of nprof's: the samples taken before it are written all the same
+            failure = e
         finally:
             status.clear()
             sampler.close()
         for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
             print(f"nprof: {message}", file=sys.stderr)
-        why = _why_it_ended(sampler, stop, config)
+        why = _why_it_ended(sampler, stop, config) if failure is None else "stopped by an internal error"
         written = _write_outputs(session, output, session_path, exporter, export)
         _print_summary(session, why, written, export)
+        if failure is not None:
+            raise failure  # reported with its traceback as an internal error (``cli/main.py``)
     if child is not None:
         return _wait_child(child, pid, session)
     return 0

@@ -111,6 +111,44 @@ def test_signal_to_nprof_writes_what_was_sampled(chain_fp, tmp_path, sig):
     assert sum(profile.stacks.values()) > 0
 
 
+#: nprof with a bug put in: its 300th sample raises, from where every sample's work after the resume runs
+WITH_A_BUG = """
+import sys
+from profiler.entry import main
+from profiler.sampling.sampler import Sampler
+
+record, calls = Sampler.record, [0]
+
+def failing(self, capture):
+    calls[0] += 1
+    if calls[0] == 300:
+        raise RuntimeError("a bug put in by the test")
+    return record(self, capture)
+
+Sampler.record = failing
+sys.exit(main())
+"""
+
+
+def test_an_internal_error_still_writes_what_was_sampled(chain_fp, tmp_path):
+    """A bug that raises mid-recording (a 3.13 chain of shims alone did once, in the merge): the samples
+    taken before it are written, the target is let go, and nprof exits with its internal-error status.
+    Before, the recording was lost."""
+    out = str(tmp_path / "bug.speedscope.json")
+    with running_target([chain_fp]) as target:
+        result = subprocess.run([sys.executable, "-c", WITH_A_BUG, "record", "--pid", str(target.pid), "-r", "500",
+                                 "-o", out], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 70, result.stderr
+        assert "a bug put in by the test" in result.stderr and "internal error" in result.stderr
+        assert "stopped by an internal error" in result.stderr, result.stderr
+        assert target.poll() is None
+        assert wait_until(lambda: attached_by(target.pid, 0), timeout=10)
+        assert_running_free(target.pid)
+    [profile] = read_speedscope(out)
+    assert profile.stacks
+    assert Session.load(str(tmp_path / "bug.nprof")).total_samples == 299
+
+
 def test_a_signal_that_comes_again_still_writes_what_was_sampled(chain_fp, tmp_path):
     """Twice (a terminal's Ctrl-C reaches the whole process group, `timeout` signals its child and then the
     group, an impatient user presses it again): what was sampled is still written. Before, the second

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from types import SimpleNamespace
 
@@ -57,3 +58,18 @@ def test_a_thread_s_own_stack_follows_it_as_it_grows_down():
     recorder._track_stack_mapping(target, record, 0x3800)
     assert (record.home_lo, record.home_hi) == (0x6000, 0x9000), "another stack is not the thread's own"
     assert (record.stack_lo, record.stack_hi) == (0x3000, 0x4000)
+
+
+def test_a_stack_unmapped_once_its_thread_exited_is_no_error():
+    """glibc frees an exited thread's stack (at its join, or into its stack cache): an rsp found in no
+    mapping, the maps read again, is an error only while its thread lives (a pool of short-lived threads
+    counted one in 7183 samples). Tid 1 << 22 is above the kernel's largest pid_max, so no thread has it."""
+    session = Session(SessionMeta(pid=1, command=["prog"]))
+    recorder = StackRecorder(session, SamplerConfig())
+    target = SimpleNamespace(process=_Process([Mapping(0x7000, 0x9000, "rw-p", 0, 0, "[stack]")]))
+    exited = ThreadRecord(os.getpid(), 1 << 22, 1, "worker", proc=None)  # type: ignore[arg-type]
+    recorder._track_stack_mapping(target, exited, 0x5000)  # type: ignore[arg-type]
+    assert session.counters == {"stack_unmapped_after_exit": 1}
+    living = ThreadRecord(os.getpid(), os.getpid(), 1, "main", proc=None)  # type: ignore[arg-type]
+    recorder._track_stack_mapping(target, living, 0x5000)  # type: ignore[arg-type]
+    assert session.counters == {"stack_unmapped_after_exit": 1, "stack_outside_mappings": 1}

@@ -9,7 +9,6 @@ the frames: merge, anchor and lock-wait checks, building frame keys and internin
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
 
 from profiler.config import SamplerConfig
 from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason, UnwoundStack
@@ -54,7 +53,7 @@ class StackRecorder:
         if self.native:
             if capture.stack_len < 0:
                 session.count("stack_read_errors")
-            unwound = self.unwind(target, capture, capture.thread.key)
+            unwound = self.unwind(target, capture)
             native, stop = unwound.frames, unwound.stop
         runtime = self._runtime_frames(target, capture)
         memo_key = (tuple(native), tuple(runtime), stop)
@@ -73,11 +72,11 @@ class StackRecorder:
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
 
-    def unwind(self, target: Target, capture: Capture, thread: Hashable | None = None) -> UnwoundStack:
+    def unwind(self, target: Target, capture: Capture) -> UnwoundStack:
         """The native frames of one capture. A walk that went past a signal frame onto a stack not copied
-        learns that it is the thread's own (``_learn_home_stack``): its next copies take it too.
-        ``thread``: the thread's key, for its walk to take over its previous walk's outer frames
-        (``unwind/reuse.py``)."""
+        learns that it is the thread's own (``_learn_home_stack``): its next copies take it too. The walk is
+        kept under the thread's key, so that its next one takes over its outer frames (``unwind/reuse.py``):
+        a dump's held walks take over those of its brief stops before the hold (``learn``)."""
         home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
         window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
         regs = dwarf_registers(capture)
@@ -86,7 +85,7 @@ class StackRecorder:
             if interrupted is not None:
                 regs = interrupted
                 self.session.count("samples_at_handler_entry")
-        unwound = target.unwinder.unwind(regs, window, thread)
+        unwound = target.unwinder.unwind(regs, window, capture.thread.key)
         if unwound.other_sp:
             self._learn_home_stack(target, capture.thread, unwound.other_sp)
         return unwound

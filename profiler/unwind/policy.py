@@ -114,11 +114,9 @@ class NativeUnwinder:
             memo.clear()
             self._entered.clear()
             self._memo_generation = generation
-        if thread is None:
-            return self._walk(regs, window, [], None, None)
         logs = self._logs
-        prev = logs.pop(thread, None)
-        if not loggable(window):
+        prev = logs.pop(thread, None) if thread is not None else None
+        if thread is None or not loggable(window):
             return self._walk(regs, window, [], None, None)
         log = WalkLog(generation, window.end)
         previous = Previous(prev) if prev is not None and prev.generation == generation else None

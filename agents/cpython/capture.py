@@ -113,8 +113,7 @@ class ChainCopier:
     def __init__(self, layout: Layout, runtime: int) -> None:
         t, f = layout.thread, layout.frame
         self.native_keys = t.native_thread_id is not None
-        ident = t.native_thread_id if self.native_keys else t.thread_id
-        self.tstate_unpack, names = fields_struct({"ident": (ident, "Q"), "frame": (t.frame, "Q")})
+        self.tstate_unpack, names = fields_struct({"ident": (t.key, "Q"), "frame": (t.frame, "Q")})
         self.tstate_ident = names.index("ident")
         self.tstate_frame = names.index("frame")
         self.cframe_offset = t.cframe_current_frame

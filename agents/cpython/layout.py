@@ -97,6 +97,12 @@ class ThreadLayout:
     #: 3.11/3.12: offset of ``root_cframe``, the ``_PyCFrame`` a thread starts with (no eval loop encloses it)
     root_cframe: int | None = None
 
+    @property
+    def key(self) -> int:
+        """Offset of the field an OS thread's state is found by (reference section 5): ``native_thread_id``
+        where there is one (3.11+), else ``thread_id``."""
+        return self.native_thread_id if self.native_thread_id is not None else self.thread_id
+
 
 @dataclass(frozen=True)
 class FrameLayout:

@@ -163,12 +163,11 @@ def walk_thread_states(read: Read, runtime: int, layout: Layout) -> ThreadMap:
     shared: set[int] = set()
     nested: set[int] = set()
     newer: dict[int, int] = {}
-    key_offset = layout.thread.native_thread_id if use_native else layout.thread.thread_id
     for key, infos in candidates.items():
         by_key[key] = infos[0]
         if len(infos) == 1:
             continue
-        running = [info for info in infos if runs_under(read, info.addr, key_offset, key, layout)]
+        running = [info for info in infos if runs_under(read, info.addr, key, layout)]
         chosen = by_key[key] = running[0] if running else infos[0]
         shared.add(chosen.addr)
         if any(info.interp != chosen.interp for info in running[1:]):  # (not a stale state of the same one)
@@ -201,12 +200,12 @@ def find_new_thread_state(read: Read, interp: int, gil: int, layout: Layout, key
             return None
         info, tstate = linked
         if (info.native_thread_id if by_native else info.thread_id) == key:
-            return info if by_native or runs_under(read, info.addr, layout.thread.thread_id, key, layout) else None
+            return info if by_native or runs_under(read, info.addr, key, layout) else None
     return None
 
 
-def runs_under(read: Read, tstate: int, key_offset: int, key: int, layout: Layout) -> bool:
-    """Whether a thread state's chain holds a frame while the state still has ``key`` (at ``key_offset``).
+def runs_under(read: Read, tstate: int, key: int, layout: Layout) -> bool:
+    """Whether a thread state's chain holds a frame while the state is still found by ``key``.
 
     Up to 3.11 a new state holds its creating thread's ids (``new_threadstate``, 3.11's
     ``init_threadstate``, Python/pystate.c) until its own thread sets them, before it runs a frame
@@ -217,7 +216,7 @@ def runs_under(read: Read, tstate: int, key_offset: int, key: int, layout: Layou
     closes the gap, as x86-64 keeps stores in order: a frame is never seen with the id it replaced."""
     if not innermost_frame(read, tstate, layout):
         return False
-    return read_u64(read, tstate + key_offset) == key
+    return read_u64(read, tstate + layout.thread.key) == key
 
 
 def innermost_frame(read: Read, tstate: int, layout: Layout) -> int:

@@ -8,8 +8,6 @@ the frames: merge, anchor and lock-wait checks, building frame keys and internin
 
 from __future__ import annotations
 
-import os
-
 from profiler.config import SamplerConfig
 from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason, UnwoundStack
 from profiler.sampling.merge import MergeOutcome, merge
@@ -150,8 +148,8 @@ class StackRecorder:
             # its stack was unmapped since its stop, maps read again included: glibc frees a thread's stack
             # once it has exited (at its join, or into its stack cache), which is no error of nprof's. One
             # thread of 265 in 1.5 s of a 3.12 ThreadPoolExecutor per batch (pool_churn.py) counted as one.
-            gone = record.gone or not os.path.exists(f"/proc/{record.pid}/task/{record.tid}")
-            self.session.count("stack_unmapped_after_exit" if gone else "stack_outside_mappings")
+            exited = record.gone or record.proc.exited()
+            self.session.count("stack_unmapped_after_exit" if exited else "stack_outside_mappings")
             return
         lo, hi = record.stack_lo, record.stack_hi = region
         if not record.home_hi:  # the thread's own stack: the first one seen

@@ -209,6 +209,11 @@ class ThreadProc:
             return None
         return chr(data[data.rindex(b")") + 2])
 
+    def exited(self) -> bool:
+        """The thread is gone, or has exited and only waits to be reaped (``EXITED_STATES``)."""
+        state = self.state()
+        return state is None or state in EXITED_STATES
+
     def close(self) -> None:
         for fd in (self._schedstat_fd, self._stat_fd):
             try:

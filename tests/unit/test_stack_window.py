@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from types import SimpleNamespace
 
 from profiler.config import SamplerConfig
@@ -11,6 +12,7 @@ from profiler.sampling.session import Session, SessionMeta
 from profiler.sampling.stacks import StackRecorder
 from profiler.target.capture import ThreadRecord
 from profiler.target.maps import Mapping, MappingIndex
+from profiler.target.procfs import ThreadProc
 from profiler.unwind.stack import StackWindow
 
 
@@ -63,13 +65,24 @@ def test_a_thread_s_own_stack_follows_it_as_it_grows_down():
 def test_a_stack_unmapped_once_its_thread_exited_is_no_error():
     """glibc frees an exited thread's stack (at its join, or into its stack cache): an rsp found in no
     mapping, the maps read again, is an error only while its thread lives (a pool of short-lived threads
-    counted one in 7183 samples). Tid 1 << 22 is above the kernel's largest pid_max, so no thread has it."""
+    counted one in 7183 samples). The threads are this process's: one joined, and this one."""
     session = Session(SessionMeta(pid=1, command=["prog"]))
     recorder = StackRecorder(session, SamplerConfig())
     target = SimpleNamespace(process=_Process([Mapping(0x7000, 0x9000, "rw-p", 0, 0, "[stack]")]))
-    exited = ThreadRecord(os.getpid(), 1 << 22, 1, "worker", proc=None)  # type: ignore[arg-type]
+    started, done = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (started.set(), done.wait()))
+    worker.start()
+    started.wait()
+    assert worker.native_id is not None
+    proc = ThreadProc(os.getpid(), worker.native_id)  # opened while it runs, as the tracer does
+    done.set()
+    worker.join()
+    exited = ThreadRecord(os.getpid(), worker.native_id, 1, "worker", proc=proc)
     recorder._track_stack_mapping(target, exited, 0x5000)  # type: ignore[arg-type]
     assert session.counters == {"stack_unmapped_after_exit": 1}
-    living = ThreadRecord(os.getpid(), os.getpid(), 1, "main", proc=None)  # type: ignore[arg-type]
+    living = ThreadRecord(os.getpid(), threading.get_native_id(), 1, "main",
+                          proc=ThreadProc(os.getpid(), threading.get_native_id()))  # fmt: skip
     recorder._track_stack_mapping(target, living, 0x5000)  # type: ignore[arg-type]
     assert session.counters == {"stack_unmapped_after_exit": 1, "stack_outside_mappings": 1}
+    proc.close()
+    living.proc.close()

@@ -65,7 +65,7 @@ def missing_symbol_notices(
         module = session.modules[mid]
         label = os.path.basename(module.path)
         obj = objects.get(mid)
-        advice = packages.get(obj.path, UNPACKAGED_ADVICE) if mid in stripped and obj is not None else ""
+        advice = packages.get(stripped[mid].path, UNPACKAGED_ADVICE) if mid in stripped else ""
         notices.append(f"{100 * n / total:.1f}% of the samples ran in functions of {label} that have no symbol, "
                        f"shown as {label}+0xOFFSET: {_why(module.path, obj)}{advice}")  # fmt: skip
     return notices

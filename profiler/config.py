@@ -18,6 +18,14 @@ class SamplingPriority(enum.Enum):
 
 #: the largest ``--stack-bytes``: the default RLIMIT_STACK of the main thread; no real stack window is larger
 MAX_STACK_BYTES = 8 << 20
+#: how far a thread's stack window grows by default (``--max-stack-bytes``): 16 times the first window. A
+#: window grows only for a thread whose walks it cut, and a copy never goes past the top of the stack, so a
+#: thread pays for it only while its stack is that deep; a copy costs ~0.1 us per KiB with the thread
+#: stopped (ptrace-costs.md, "The C floor"), ~100 us at this size. Deep enough for numpy's OpenBLAS matrix
+#: product, whose frames put the caller's eval loop 66 KiB above the stack pointer in its kernel (gdb, on
+#: 3.11; 39% of the main thread's samples lost their root at a fixed 64 KiB, none at 128 KiB), and for the
+#: 2000-deep C recursion that ``nprof dump`` copies whole with its 1 MiB.
+DEFAULT_MAX_STACK_BYTES = 1 << 20
 #: the deepest native walk ``--max-frames`` allows: a 1 MiB window holds at most 65536 return addresses
 MAX_FRAMES = 65536
 
@@ -26,7 +34,10 @@ MAX_FRAMES = 65536
 class SamplerConfig:
     rate: float = 100.0  #: samples per second per thread (py-spy's default)
     duration: float | None = None  #: seconds; None runs until Ctrl-C or the target exits
-    stack_bytes: int = 64 * 1024  #: stack window copied per sample, cut at the end of the stack mapping
+    stack_bytes: int = 64 * 1024  #: stack window a thread's copies start with, cut at the end of its stack
+    #: how far a thread's window grows: doubled after each walk it cut short (``ThreadRecord.widen``), up to
+    #: this or ``stack_bytes``, whichever is larger (equal: a fixed window)
+    max_stack_bytes: int = DEFAULT_MAX_STACK_BYTES
     native: bool = True  #: copy and unwind native stacks
     idle: bool = False  #: keep idle samples in outputs (they are always recorded in the session)
     #: depth limit of one native walk (``--max-frames``): twice the frames of a Python recursion at its
@@ -42,6 +53,11 @@ class SamplerConfig:
     #: alone unless their idle stacks were asked for.
     interrupt_sleeping: bool = False
     subprocesses: bool = False  #: follow the target's child processes as they appear
+
+    @property
+    def window_cap(self) -> int:
+        """The largest stack window a thread's copies grow to."""
+        return max(self.stack_bytes, self.max_stack_bytes)
 
 
 @dataclass(frozen=True)

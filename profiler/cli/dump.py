@@ -86,7 +86,8 @@ def snapshot(
 ) -> tuple[Session, list[DumpThread]]:
     session = Session(SessionMeta(pid=pid, command=procfs.read_cmdline(pid), rate=0.0, stack_bytes=stack_bytes))
     objects = ObjectFileCache()
-    config = SamplerConfig(native=native, interrupt_sleeping=True, stack_bytes=stack_bytes)
+    # one fixed window: a dump copies each thread in one held stop, with no later sample to widen it for
+    config = SamplerConfig(native=native, interrupt_sleeping=True, stack_bytes=stack_bytes, max_stack_bytes=0)
     sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
     target = sampler.add_process(pid)

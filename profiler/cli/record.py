@@ -19,7 +19,14 @@ from collections.abc import Callable, Sequence
 from profiler.atomic import check_writable, is_stream, output_label
 from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.status import StatusLine, error_summary, top_table
-from profiler.config import MAX_FRAMES, MAX_STACK_BYTES, ExportConfig, SamplerConfig, SamplingPriority
+from profiler.config import (
+    DEFAULT_MAX_STACK_BYTES,
+    MAX_FRAMES,
+    MAX_STACK_BYTES,
+    ExportConfig,
+    SamplerConfig,
+    SamplingPriority,
+)
 from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.export.session import SessionExporter
@@ -58,8 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also profile the target's child processes as they appear (each labelled with pid and command)",
     )  # fmt: skip
     p.add_argument(
-        "--stack-bytes", type=int, default=64 * 1024,
-        help="bytes of stack copied per sample, from the stack pointer up (default 65536)",
+        "--stack-bytes", type=int, default=SamplerConfig.stack_bytes,
+        help="bytes of stack a thread's copies start with, from the stack pointer up (default "
+        f"{SamplerConfig.stack_bytes}); a thread whose native stack goes on past it copies twice as much "
+        "from its next sample, up to --max-stack-bytes",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-stack-bytes", type=int, default=DEFAULT_MAX_STACK_BYTES,
+        help=f"the most stack bytes a thread's copies grow to (default {DEFAULT_MAX_STACK_BYTES}; at or below "
+        "--stack-bytes, the window stays fixed)",
     )  # fmt: skip
     p.add_argument(
         "--max-frames", type=int, default=SamplerConfig.max_frames,
@@ -80,10 +94,10 @@ def check_duration(seconds: float, hint: str) -> None:
         raise UsageError(f"--duration {seconds:g} is not a positive number of seconds.", hint)
 
 
-def check_stack_bytes(size: int) -> None:
-    """--stack-bytes (record's and dump's) is 1 to MAX_STACK_BYTES."""
+def check_stack_bytes(size: int, flag: str = "--stack-bytes") -> None:
+    """--stack-bytes (record's and dump's) and --max-stack-bytes are 1 to MAX_STACK_BYTES."""
     if not 0 < size <= MAX_STACK_BYTES:
-        raise UsageError(f"--stack-bytes {size} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes.")
+        raise UsageError(f"{flag} {size} is out of range.", f"Give 1 to {MAX_STACK_BYTES} bytes.")
 
 
 def sampler_config(args: argparse.Namespace) -> SamplerConfig:
@@ -93,12 +107,14 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
         check_duration(args.duration, "Give the recording time in seconds, or leave -d out to record until Ctrl-C "
                                       "or exit.")  # fmt: skip
     check_stack_bytes(args.stack_bytes)
+    check_stack_bytes(args.max_stack_bytes, "--max-stack-bytes")
     if not 1 <= args.max_frames <= MAX_FRAMES:
         raise UsageError(f"--max-frames {args.max_frames} is out of range.", f"Give 1 to {MAX_FRAMES} frames.")
     return SamplerConfig(
         rate=args.rate,
         duration=args.duration,
         stack_bytes=args.stack_bytes,
+        max_stack_bytes=args.max_stack_bytes,
         max_frames=args.max_frames,
         native=args.native,
         idle=args.idle,
@@ -219,7 +235,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         if session_path != output:
             check_writable(session_path)  # before attaching: nothing recorded is then lost to it
         session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
-                                      stack_bytes=config.stack_bytes, native=config.native,
+                                      stack_bytes=config.stack_bytes, max_stack_bytes=config.window_cap,
+                                      native=config.native,
                                       idle_stacks=config.interrupt_sleeping))  # fmt: skip
         objects = ObjectFileCache()
         sampler = Sampler(

@@ -57,32 +57,38 @@ def unwind_problems(objects: Iterable[ObjectFile], session: Session) -> list[str
 
 def _cut_short(session: Session, reason: StopReason) -> str | None:
     """"N samples (x%)" when walks that stopped for ``reason`` are many enough to tell the user about."""
-    cut = session.stop_reason_counts().get(reason.label, 0)
+    return _many(session, session.stop_reason_counts().get(reason.label, 0))
+
+
+def _many(session: Session, cut: int) -> str | None:
+    """"N samples (x%)" for ``cut`` samples, or None when they are too few to tell the user about."""
     total = session.total_samples
     if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
         return None
     return f"{cut:,} samples ({100 * cut / total:.1f}%)"
 
 
-def stack_window_shortfall(session: Session, stack_bytes: int) -> str | None:
-    """Say so when the copied window cut many native stacks short, and what copies more: a deep recursion or
-    a program with big stack frames loses its outermost native frames (``main`` and what it called) in
-    every such sample, which the profile shows as many shallow roots."""
-    return _limit_notice(session, StopReason.WINDOW_EXHAUSTED, f"the {stack_bytes:,} bytes copied per sample",
-                         ("--stack-bytes", stack_bytes, MAX_STACK_BYTES, "copies more"))  # fmt: skip
+def stack_window_shortfall(session: Session, cap: int) -> str | None:
+    """Say so when the stack window cut many native stacks short at its largest (``cap``), and what copies
+    more: a deep recursion or a program with big stack frames loses its outermost native frames (``main``
+    and what it called) in every such sample, which the profile shows as many shallow roots. The walks cut
+    while a thread's window was still growing (``ThreadRecord.widen``), its first few, are not counted:
+    the window grew for them."""
+    many = _many(session, session.counters.get("stack_window_at_cap", 0))
+    return _limit_notice(many, f"the {cap:,} bytes copied per sample at most",
+                         ("--max-stack-bytes", cap, MAX_STACK_BYTES, "copies more"))  # fmt: skip
 
 
 def depth_limit_shortfall(session: Session, max_frames: int) -> str | None:
     """Say so when many native walks were cut at ``max_frames`` (a recursion deeper than that), and what
     goes deeper: like a window too small, it loses the outermost frames of every such sample."""
-    return _limit_notice(session, StopReason.DEPTH_LIMIT, f"{max_frames:,} frames",
+    return _limit_notice(_cut_short(session, StopReason.DEPTH_LIMIT), f"{max_frames:,} frames",
                          ("--max-frames", max_frames, MAX_FRAMES, "goes deeper"))  # fmt: skip
 
 
-def _limit_notice(session: Session, reason: StopReason, limit: str, option: tuple[str, int, int, str]) -> str | None:
-    """The notice for walks cut at a limit an option raises: ``option`` is (flag, value, its maximum, what
-    four times the value does)."""
-    many = _cut_short(session, reason)
+def _limit_notice(many: str | None, limit: str, option: tuple[str, int, int, str]) -> str | None:
+    """The notice for ``many`` walks cut at a limit an option raises: ``option`` is (flag, value, its
+    maximum, what four times the value does)."""
     if many is None:
         return None
     flag, value, maximum, does = option

@@ -79,7 +79,7 @@ class Sampler:
     ) -> None:
         self.session = session
         self.config = config
-        self.tracer = tracer or Tracer(config.stack_bytes, config.stop_deadline)
+        self.tracer = tracer or Tracer(config.stack_bytes, config.stop_deadline, config.window_cap)
         self.objects = objects or ObjectFileCache()
         self.notice = notice
         self.processes = SampledProcesses(session, config, self.tracer, self.objects, agents, self._notice)
@@ -341,7 +341,7 @@ class Sampler:
         for message in unwind_problems(self.modules.objects.values(), self.session):
             self._notice(message)
         self.session.modules = list(self.modules.modules)  # (the notices below name them)
-        for shortfall in (stack_window_shortfall(self.session, self.config.stack_bytes),
+        for shortfall in (stack_window_shortfall(self.session, self.config.window_cap),
                           depth_limit_shortfall(self.session, self.config.max_frames),
                           other_stack_samples(self.session),
                           no_unwind_info(self.session, self.session.modules)):  # fmt: skip

@@ -50,7 +50,8 @@ class SessionMeta:
     start_time: float = field(default_factory=time.time)  #: wall-clock seconds since the epoch
     duration: float = 0.0
     rate: float = 100.0
-    stack_bytes: int = 0
+    stack_bytes: int = 0  #: the stack window each thread's copies started with
+    max_stack_bytes: int = 0  #: how far a thread's window could grow (0: a session from before it could)
     native: bool = True
     nprof_version: str = __version__
     processes: dict[int, list[str]] = field(default_factory=dict)  #: pid -> command line

@@ -34,6 +34,7 @@ class StackRecorder:
     def __init__(self, session: Session, config: SamplerConfig) -> None:
         self.session = session
         self.native = config.native
+        self.first_window, self.window_cap = config.stack_bytes, config.window_cap
 
     def record(self, target: Target, state: ThreadState, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture."""
@@ -53,6 +54,8 @@ class StackRecorder:
                 session.count("stack_read_errors")
             unwound = self.unwind(target, capture)
             native, stop = unwound.frames, unwound.stop
+            if stop is StopReason.WINDOW_EXHAUSTED:
+                self._widen(capture.thread)
         runtime = self._runtime_frames(target, capture)
         memo_key = (tuple(native), tuple(runtime), stop)
         hit = target.stack_memo.get(memo_key)
@@ -87,6 +90,14 @@ class StackRecorder:
         if unwound.other_sp:
             self._learn_home_stack(target, capture.thread, unwound.other_sp)
         return unwound
+
+    def _widen(self, record: ThreadRecord) -> None:
+        """The thread's stack went on past its window: its next copies take twice as much, up to the cap.
+        A walk cut at the cap is counted: raising the cap is what would have helped it (``notices.py``)."""
+        if record.widen(self.first_window, self.window_cap):
+            self.session.count("stack_windows_widened")
+        else:
+            self.session.count("stack_window_at_cap")
 
     def learn(self, target: Target, capture: Capture) -> None:
         """Learn from one capture what its thread's next copies need, without counting a sample: the stack

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,8 @@ class ThreadRecord:
     #: the signal nprof last resumed this thread with, since its last copy (0: none): its next stop may be
     #: at that signal's handler's first instruction (``unwind/sigframe.py``)
     signal_passed: int = 0
+    #: bytes of stack its copies take, from rsp up (0: the tracer's first window); grown by ``widen``
+    stack_window: int = 0
     #: the sampler's per-thread state, kept here to spare a lookup per tick (Any: the tracer does not know
     #: its type, and the sampler reads it as ``record.user or ...`` on every tick without a cast call)
     user: Any = None
@@ -45,26 +48,52 @@ class ThreadRecord:
     def key(self) -> tuple[int, int]:
         return (self.tid, self.start_time)
 
+    def widen(self, first: int, cap: int) -> bool:
+        """Double the thread's stack window (``first`` until widened), up to ``cap``: its walk was cut by the
+        window while its stack went on. False if the window is at ``cap`` already.
+
+        Doubling reaches any depth up to ``cap`` in a few samples (four from 64 KiB to 1 MiB), each cut
+        short, and never copies more than twice what the stack needs. The window does not shrink: a copy
+        stops at the top of the stack anyway (``Tracer._copy``), so a wide window costs only while the
+        stack is that deep, when the walk needs it."""
+        window = self.stack_window or first
+        if window >= cap:
+            return False
+        self.stack_window = min(2 * window, cap)
+        return True
+
 
 class Slot:
-    """Preallocated destination of one thread's copy: registers and the stack window."""
+    """Preallocated destination of one thread's copy: registers and the stack window.
+
+    The buffer is reserved for the largest window (``size``) and backed by pages only as copies reach
+    them: an anonymous mapping reads as zeros and is paged in on first write. A thread whose window grew
+    (``ThreadRecord.widen``) copies into any slot without an allocation during its stop, and slots that
+    only ever take shallow stacks cost what they hold. The first window's pages (``touched``, default all)
+    are paged in here, so that no stop waits for them."""
 
     __slots__ = ("regs", "regs_ref", "buffer", "address", "size", "_home")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, touched: int | None = None) -> None:
         self.regs = pt.user_regs_struct()
         self.regs_ref = ctypes.byref(self.regs)  #: the registers' address, as PTRACE_GETREGS takes it
-        self.buffer = ctypes.create_string_buffer(size)
+        self.buffer = _reserve(size)
         self.address = ctypes.addressof(self.buffer)
         self.size = size
+        ctypes.memset(self.address, 0, size if touched is None else min(touched, size))
         self._home: ctypes.Array[ctypes.c_char] | None = None
 
     def home_buffer(self) -> ctypes.Array[ctypes.c_char]:
         """A second buffer of the slot's size, for the top of a thread's own stack (made at its first use:
         only a thread stopped on another stack needs it)."""
         if self._home is None:
-            self._home = ctypes.create_string_buffer(self.size)
+            self._home = _reserve(self.size)
         return self._home
+
+
+def _reserve(size: int) -> ctypes.Array[ctypes.c_char]:
+    """``size`` bytes of an anonymous mapping, paged in as written (the array keeps the mapping alive)."""
+    return (ctypes.c_char * size).from_buffer(mmap.mmap(-1, size))
 
 
 @dataclass(slots=True)

@@ -68,8 +68,14 @@ class Tracer:
     """Seizes processes (their threads are in ``seized``), captures ticks, and answers every tracee event,
     across one or more processes."""
 
-    def __init__(self, stack_bytes: int = 64 * 1024, stop_deadline: float = 0.25) -> None:
+    def __init__(
+        self, stack_bytes: int = 64 * 1024, stop_deadline: float = 0.25, max_stack_bytes: int = 0
+    ) -> None:
+        """``stack_bytes``: the window a thread's copies start with; a thread's own grows as the sampler
+        widens it (``ThreadRecord.widen``), up to ``max_stack_bytes``, which the slots are reserved for
+        (0, or less than ``stack_bytes``: a fixed window)."""
         self.stack_bytes = stack_bytes
+        self.max_stack_bytes = max(stack_bytes, max_stack_bytes)
         self.stop_deadline = stop_deadline
         self.stats = TracerStats()
         self.seized = ThreadTable(self.stats)  #: every thread seized, by process (``threads.py``)
@@ -174,6 +180,10 @@ class Tracer:
             self._release_held()
             self.stats.process_held_ns = time.perf_counter_ns() - start
 
+    def _new_slot(self) -> Slot:
+        """A slot for any thread's window: reserved for the largest, paged in for the first."""
+        return Slot(self.max_stack_bytes + RED_ZONE, touched=self.stack_bytes + RED_ZONE)
+
     def _interrupt(self, threads: Iterable[ThreadRecord]) -> dict[int, ThreadRecord]:
         pending: dict[int, ThreadRecord] = {}
         for record in threads:
@@ -188,7 +198,7 @@ class Tracer:
             pending[record.tid] = record
         self.stats.interrupts += len(pending)
         while len(self._slots) < len(pending):
-            self._slots.append(Slot(self.stack_bytes + RED_ZONE))
+            self._slots.append(self._new_slot())
         return pending
 
     def _collect(
@@ -265,7 +275,8 @@ class Tracer:
         rsp = base = regs.rsp
         size = 0
         if stack_bytes:
-            size = stack_bytes
+            # the thread's own window, never past what the slots hold (a window is widened by the sampler)
+            size = stack_bytes = min(record.stack_window, self.max_stack_bytes) or stack_bytes
             if record.stack_lo <= rsp < record.stack_hi:
                 size = min(size, record.stack_hi - rsp)
                 below = min(RED_ZONE, rsp - record.stack_lo)  # not below a mapping known (a first copy)
@@ -368,7 +379,7 @@ class Tracer:
         self.stats.signals_forwarded += action > 0
         try:
             if self._late_used == len(self._late_slots):
-                self._late_slots.append(Slot(self.stack_bytes + RED_ZONE))
+                self._late_slots.append(self._new_slot())
             slot = self._late_slots[self._late_used]
             self._late_used += 1
             self.late_captures.append(self._copy(record, slot, stack_bytes, agent_capture))

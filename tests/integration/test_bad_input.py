@@ -196,6 +196,7 @@ def test_output_path_not_writable(chain_fp, output, phrase):
         (["-d", "nan"], "--duration nan is not a positive number"),
         (["-d", "-1"], "--duration -1 is not a positive number"),
         (["--stack-bytes", "0"], "--stack-bytes 0 is out of range"),
+        (["--max-stack-bytes", str(16 << 20)], f"--max-stack-bytes {16 << 20} is out of range"),
     ],
 )
 def test_bad_options(args, phrase, tmp_path):

@@ -130,7 +130,7 @@ def test_window_too_small_stops_with_window_exhausted(chain_nofp, tmp_path):
     small = str(tmp_path / "small.speedscope.json")
     large = str(tmp_path / "large.speedscope.json")
     with running_target([chain_nofp, str(DEPTH)]) as target:
-        record(target.pid, small, "--stack-bytes", "4096")
+        record(target.pid, small, "--stack-bytes", "4096", "--max-stack-bytes", "4096")  # a fixed window
         record(target.pid, large, "--stack-bytes", "65536")
     session = Session.load(str(tmp_path / "small.nprof"))
     names = [f.name for f in session.frame_info]

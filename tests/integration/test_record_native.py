@@ -192,24 +192,30 @@ def test_spawned_command_is_profiled_until_it_exits(tmp_path):
     assert any(ends_with(s, ("run_simulation", "render", "shade_pixels")) for s in profile.stacks)
 
 
-@pytest.mark.parametrize("stack_bytes", ["4096", "262144"])
-def test_stack_window_size(chain_fp, tmp_path, stack_bytes):
-    """A 4 KiB window cannot hold the 12 KiB recursion: those stacks stop early, and the end of the
-    recording says how to copy more; 256 KiB holds it all, and nothing is said."""
+@pytest.mark.parametrize("window", [("4096", "4096"), ("4096", None), ("262144", None)])
+def test_stack_window_size(chain_fp, tmp_path, window):
+    """A fixed 4 KiB window cannot hold the 12 KiB recursion: those stacks stop early, and the end of the
+    recording says how to copy more. A 4 KiB first window grows (to 16 KiB) after the thread's first walks
+    it cut, and the rest are whole; 256 KiB holds it all from the start. Nothing is said of either."""
+    first, cap = window
     out = str(tmp_path / "w.speedscope.json")
+    limits = ["--stack-bytes", first] + (["--max-stack-bytes", cap] if cap else [])
     with running_target([chain_fp, str(DEPTH)]) as target:
-        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out, "--stack-bytes", stack_bytes)
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "2", "-o", out, *limits)
         assert result.returncode == 0, result.stderr
     [profile] = read_speedscope(out)
-    full = sum(w for s, w in profile.stacks.items() if ends_with(s, ("main", *(["recurse"] * DEPTH), "spin")))
-    if stack_bytes == "4096":
+    full, total = share(profile.stacks, lambda s: ends_with(s, ("main", *(["recurse"] * DEPTH), "spin")))
+    deep = sum(w for s, w in profile.stacks.items() if s[-1] == "spin" and s.count("recurse") > 3)
+    if cap == "4096":
         assert full == 0
-        assert any(s[-1] == "spin" and s.count("recurse") > 3 for s in profile.stacks)
-        assert "deeper than the 4,096 bytes copied per sample" in result.stderr
-        assert "--stack-bytes 16384 copies more" in result.stderr
+        assert deep > 0
+        assert "deeper than the 4,096 bytes copied per sample at most" in result.stderr
+        assert "--max-stack-bytes 16384 copies more" in result.stderr
     else:
-        assert full > 0
+        assert deep > 0 and full >= 0.97 * deep, (full, deep, total)
         assert "copied per sample" not in result.stderr
+    counters = Session.load(str(tmp_path / "w.nprof")).counters
+    assert counters.get("stack_windows_widened", 0) == (2 if window == ("4096", None) else 0), counters
 
 
 def test_depth_limit(chain_fp, tmp_path):

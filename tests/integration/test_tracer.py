@@ -128,3 +128,40 @@ def test_a_stop_before_a_passed_signal_s_handler_runs_is_sampled_where_the_signa
         finally:
             tracer.detach_all()
         assert_running_free(target.pid)
+
+
+def _stack_top(pid: int, sp: int) -> int:
+    """The end of the mapping holding ``sp`` (the main thread's [stack]: nothing is mapped right above it)."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= sp < hi:
+                return hi
+    raise AssertionError(f"no mapping holds {sp:#x}")
+
+
+def test_a_thread_s_own_window_is_copied_and_never_more_than_the_slots_hold(chain_fp):
+    """A thread's window, once widened by the sampler (``ThreadRecord.widen``), is what its copies take, up
+    to the end of its stack; a window past the tracer's largest is cut to it, as the slots hold no more.
+    The target recurses 100 KiB deep half the time: each window is copied until a stop finds the stack
+    deeper than it."""
+    with running_target([chain_fp, "200"]) as target:
+        tracer = Tracer(stack_bytes=4096, max_stack_bytes=16384)
+        try:
+            tracer.add_process(TargetProcess(target.pid))
+            [record] = tracer.seized.sync(target.pid)
+            for window, expect in ((0, 4096), (16384, 16384), (1 << 20, 16384)):
+                record.stack_window = window
+                for _ in range(1000):
+                    [capture] = tracer.capture([record])
+                    rsp = capture.slot.regs.rsp
+                    room = _stack_top(target.pid, rsp) - rsp
+                    assert capture.stack_base == rsp and capture.stack_len == min(expect, room), (window, room)
+                    assert capture.window_full == (room > expect)
+                    if room > 2 * expect:
+                        break
+                else:
+                    raise AssertionError(f"no stop found the stack deeper than {2 * expect} bytes")
+        finally:
+            tracer.detach_all()
+        assert_running_free(target.pid)

@@ -22,9 +22,18 @@ def session_with(reason: StopReason, cut: int, total: int) -> Session:
     return session
 
 
+def cut_at_the_cap(cut: int, total: int) -> Session:
+    """``cut`` of ``total`` walks stopped at the window's end with the window at its cap (the rest counted
+    as cut while their thread's window still grew: ``StackRecorder._widen``)."""
+    session = session_with(StopReason.WINDOW_EXHAUSTED, cut + 3, total)
+    session.count("stack_window_at_cap", cut)
+    return session
+
+
 def test_window_and_depth_notices_suggest_four_times_the_limit():
-    window = stack_window_shortfall(session_with(StopReason.WINDOW_EXHAUSTED, 50, 100), 4096)
-    assert window is not None and window.startswith("50 samples (50.0%)") and "--stack-bytes 16384" in window
+    window = stack_window_shortfall(cut_at_the_cap(50, 100), 4096)
+    assert window is not None and window.startswith("50 samples (50.0%)"), window
+    assert "deeper than the 4,096 bytes copied per sample at most" in window and "--max-stack-bytes 16384" in window
     depth = depth_limit_shortfall(session_with(StopReason.DEPTH_LIMIT, 50, 100), 2048)
     assert depth is not None and "deeper than 2,048 frames" in depth and "--max-frames 8192" in depth
     at_most = depth_limit_shortfall(session_with(StopReason.DEPTH_LIMIT, 50, 100), 65536)
@@ -32,8 +41,11 @@ def test_window_and_depth_notices_suggest_four_times_the_limit():
 
 
 def test_notices_need_one_percent_and_ten_samples():
-    assert stack_window_shortfall(session_with(StopReason.WINDOW_EXHAUSTED, 9, 20), 4096) is None
-    assert stack_window_shortfall(session_with(StopReason.WINDOW_EXHAUSTED, 10, 2000), 4096) is None
+    assert stack_window_shortfall(cut_at_the_cap(9, 20), 4096) is None
+    assert stack_window_shortfall(cut_at_the_cap(10, 2000), 4096) is None
+    assert stack_window_shortfall(session_with(StopReason.WINDOW_EXHAUSTED, 50, 100), 4096) is None, (
+        "walks cut while the window grew, none at the cap: it grew for them"
+    )
     assert other_stack_samples(session_with(StopReason.OTHER_STACK, 10, 100)) is not None
     assert other_stack_samples(session_with(StopReason.WINDOW_EXHAUSTED, 10, 100)) is None
 

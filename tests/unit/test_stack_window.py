@@ -86,3 +86,28 @@ def test_a_stack_unmapped_once_its_thread_exited_is_no_error():
     assert session.counters == {"stack_unmapped_after_exit": 1, "stack_outside_mappings": 1}
     proc.close()
     living.proc.close()
+
+
+def test_a_window_doubles_from_the_first_up_to_the_cap():
+    record = ThreadRecord(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
+    grown = []
+    while record.widen(64 << 10, 1 << 20):
+        grown.append(record.stack_window >> 10)
+    assert grown == [128, 256, 512, 1024], "four samples cut short from 64 KiB to 1 MiB"
+    assert not record.widen(64 << 10, 1 << 20) and record.stack_window == 1 << 20
+    odd = ThreadRecord(1, 2, 1, "odd", proc=None)  # type: ignore[arg-type]
+    assert odd.widen(48 << 10, 64 << 10) and odd.stack_window == 64 << 10, "the last step stops at the cap"
+    fixed = ThreadRecord(1, 3, 1, "fixed", proc=None)  # type: ignore[arg-type]
+    assert not fixed.widen(64 << 10, 64 << 10) and fixed.stack_window == 0, "first == cap: a fixed window"
+
+
+def test_a_walk_cut_by_the_window_widens_its_thread_s_window_and_one_cut_at_the_cap_is_counted():
+    """What the sampler does with a walk that stopped at the end of its window: the thread's next copy
+    takes twice as much; once that is the cap, the walk is counted for the end-of-recording notice."""
+    session = Session(SessionMeta(pid=1, command=["prog"]))
+    recorder = StackRecorder(session, SamplerConfig(stack_bytes=4096, max_stack_bytes=16384))
+    record = ThreadRecord(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
+    for _ in range(4):
+        recorder._widen(record)
+    assert record.stack_window == 16384
+    assert session.counters == {"stack_windows_widened": 2, "stack_window_at_cap": 2}

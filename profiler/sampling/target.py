@@ -55,6 +55,13 @@ class ThreadState:
         self.last_run_time = self.run_time_at_stop
         self.last_slices = self.slices_at_stop
 
+    def look_again(self) -> None:
+        """The thread's last sample may not show what a stop would now: a runtime was found in its process
+        since, and the sample has none of its frames. Its next idle check takes it as having run, so a
+        sleeping thread is stopped again where sleepers are (``--idle``) instead of counted with that stack
+        for as long as it sleeps (``idle.py``)."""
+        self.last_run_time = -1
+
 
 class Target:
     """One sampled process and its per-process machinery."""
@@ -97,6 +104,9 @@ class Target:
                     self.snapshot, self.settle = snapshot, settle
                 self.holds_gil = getattr(session, "holds_gil", None)
                 self.detect_until = 0.0
+                for record in self.records or ():  # sampled before the runtime was found: no frames of it
+                    if record.user is not None:
+                        record.user.look_again()
                 return True
             reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
         self.detect_reasons = reasons

@@ -5,6 +5,7 @@ recording tests against live targets): stopping a thread or counting its last st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from profiler.config import SamplerConfig
 from profiler.model import SampleClass
@@ -12,7 +13,8 @@ from profiler.runtime import RECAPTURE
 from profiler.sampling.idle import IDLE_EPSILON_NS
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
-from profiler.sampling.target import ThreadState
+from profiler.sampling.target import Target, ThreadState
+from profiler.target.capture import ThreadRecord
 
 
 @dataclass
@@ -151,3 +153,20 @@ def test_a_snapshot_that_fell_short_is_snapshotted_again_then_captured_in_full()
     stops = s._capture_again([Thread(11), Thread(12)], first, full)  # type: ignore[arg-type]
     assert s.tracer.calls == [([11, 12], first), ([12], full)]
     assert recorded == ["11 settled from its second snapshot", (12, 2)] and stops == 3
+
+
+def test_a_sleeper_sampled_before_its_runtime_was_found_is_stopped_again_with_idle():
+    """A thread that went to sleep before the runtime agent found its interpreter was sampled without any
+    runtime frames: with --idle it is stopped again once the agent is there, rather than counted with
+    that stack for as long as it sleeps. (The first 46 of 200 threads of a 3.12 program that started them
+    at once lacked their Python frames in every sample of a 3 s recording.)"""
+    s, proc, state = sampler(interrupt_sleeping=True), ScriptedProc(), ThreadState(index=0)
+    state.last_stack, state.last_class = 3, SampleClass.BLOCKED
+    state.last_run_time, state.last_slices = proc.run_time, proc.slices  # as of its one stop, native only
+    record = ThreadRecord(1, 2, 1, "worker", proc=proc, user=state)  # type: ignore[arg-type]
+    assert s.idle.reuse(record, state), "asleep since its stop: the same stack, counted again"
+    target = Target(SimpleNamespace(pid=1), SimpleNamespace(), SamplerConfig())  # type: ignore[arg-type]
+    target.records = [record]
+    runtime = SimpleNamespace(name="cpython", detect=lambda process: SimpleNamespace())
+    assert target.detect([runtime], lambda session, pid: 0)  # type: ignore[list-item]
+    assert s.idle.reuse(record, state) is False, "stopped for a stack with the runtime's frames"

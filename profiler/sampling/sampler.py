@@ -193,7 +193,7 @@ class Sampler:
         # settled after resume. A thread whose copy fell short is stopped again, and the agent copies what
         # the settle found missing as well (``runtime.RECAPTURE``); one that falls short again is stopped a
         # third time and captured in full. Late stops (after the window) are captured in full: they are
-        # recorded at the next tick. Without any agent the stops call no hook at all.
+        # settled and recorded at the next tick. Without any agent the stops call no hook at all.
         first, full = (self.agent_snapshot, self.agent_capture) if self.processes.any_agent else (None, None)
         captures = tracer.capture(due, copy_stack=native, agent_capture=first, window=window,
                                   late_agent_capture=full)  # fmt: skip

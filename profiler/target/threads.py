@@ -18,7 +18,7 @@ from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
 from profiler.target.capture import ThreadRecord, TracerStats
 from profiler.target.permissions import diagnose_attach_failure
-from profiler.target.procfs import ThreadProc, list_threads, read_comm, thread_start_time
+from profiler.target.procfs import EXITED_STATES, ThreadProc, list_threads, read_comm, read_status, thread_start_time
 from profiler.target.process import TargetProcess
 
 
@@ -84,7 +84,7 @@ class ThreadTable:
             err = pt.seize(tid, self.options.get(pid, 0))
             if err:
                 start = thread_start_time(pid, tid)
-                if err == errno.EPERM and start is not None:  # alive, but traced by another tracer
+                if err == errno.EPERM and start is not None and _traced(tid):  # alive, another tracer has it
                     self.refused[tid] = start
                 return None  # else exited already (ESRCH)
         start = thread_start_time(pid, tid)
@@ -120,3 +120,14 @@ class ThreadTable:
         """The process is dead once its leader has exited, whatever threads are still being reaped."""
         self.exit_status[pid] = status
         self.live_pids.pop(pid, None)
+
+
+def _traced(tid: int) -> bool:
+    """Whether a thread whose seize was refused (EPERM) has another tracer, rather than having exited: ptrace
+    refuses a task that is a zombie too (``ptrace_attach``, kernel/ptrace.c: ``task->exit_state``), and a
+    child process that exited waits as one until its parent reaps it. Taken for traced, such a zombie was
+    named in the end-of-recording notice about threads another tracer had (3 of 3 recordings of a
+    multiprocessing pool started with "spawn", --subprocesses)."""
+    status = read_status(tid)
+    return status is not None and status.tracer_pid != 0 and status.state not in EXITED_STATES
+

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from profiler.model import DW_RA, DW_RSP
 from profiler.sampling.stacks import dwarf_registers
+from profiler.target.capture import TracerStats
 from profiler.target.process import TargetProcess
+from profiler.target.procfs import read_status
 from profiler.target.ptrace import PTRACE_INTERRUPT, raw_ptrace
+from profiler.target.threads import ThreadTable
 from profiler.target.tracer import Tracer
 from profiler.unwind.sigframe import at_handler_entry, interrupted_registers
 from profiler.unwind.stack import StackWindow
@@ -165,3 +170,17 @@ def test_a_thread_s_own_window_is_copied_and_never_more_than_the_slots_hold(chai
         finally:
             tracer.detach_all()
         assert_running_free(target.pid)
+
+
+def test_a_zombie_is_not_taken_for_a_thread_another_tracer_has():
+    """ptrace refuses a zombie (EPERM) as it refuses a thread another tracer has; a child process that
+    exited is one until its parent reaps it. Only the traced thread is kept for the end-of-recording notice
+    (``ThreadTable.refused``); the zombie is gone, like a thread that exited."""
+    table = ThreadTable(TracerStats())
+    child = subprocess.Popen(["true"])
+    try:
+        assert wait_until(lambda: (read_status(child.pid) or SimpleNamespace(state="?")).state == "Z")
+        assert table._track(child.pid, child.pid, seized=False) is None
+        assert table.refused == {}
+    finally:
+        child.wait()

@@ -1,4 +1,5 @@
-"""What the end of a recording says when much of the profile ran in functions without a name: which module
+"""What the end of a recording says when much of the profile went through functions without a name (had one
+on its stack, not only as its leaf: a thread's entry in a stripped library is on all of its stacks): which module
 (stripped of its symbol table, with no debug file found for it), how much of the profile, and what would
 name them. Such frames show as ``module+0xOFFSET``; a top table led by ``libz.so.1.2.13+0x5d80`` is of little
 use until the reader knows that a package installs the names.
@@ -66,7 +67,7 @@ def missing_symbol_notices(
         label = os.path.basename(module.path)
         obj = objects.get(mid)
         advice = packages.get(stripped[mid].path, UNPACKAGED_ADVICE) if mid in stripped else ""
-        notices.append(f"{100 * n / total:.1f}% of the samples ran in functions of {label} that have no symbol, "
+        notices.append(f"{100 * n / total:.1f}% of the samples went through functions of {label} that have no symbol, "
                        f"shown as {label}+0xOFFSET: {_why(module.path, obj)}{advice}")  # fmt: skip
     return notices
 

@@ -39,7 +39,7 @@ def test_the_share_counts_samples_that_ran_not_idle_ones():
     session, unnamed = session_with([(in_lib, SampleClass.RUNNING, 30), (((APP, 0x30),), SampleClass.RUNNING, 70),
                                      (in_lib, SampleClass.BLOCKED, 500)])  # fmt: skip
     [notice] = missing_symbol_notices(session, unnamed, {LIB: object_file(symtab=False)})
-    assert notice == ("30.0% of the samples ran in functions of libx.so.1 that have no symbol, shown as "
+    assert notice == ("30.0% of the samples went through functions of libx.so.1 that have no symbol, shown as "
                       "libx.so.1+0xOFFSET: /usr/lib/libx.so.1 is stripped and no debug file for build-id ab12 "
                       "was found under /usr/lib/debug; a build that keeps its symbol table (not stripped, no -s), "
                       "or its debug file, names them")  # fmt: skip

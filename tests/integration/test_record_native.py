@@ -311,8 +311,8 @@ def test_a_profile_mostly_in_a_stripped_library_says_so(loader_and_libs, build_d
     [profile] = read_speedscope(out)
     unnamed, total = share(profile.stacks, lambda s: s[-1].startswith("stripped_lib.so+0x"))
     assert unnamed / total >= 0.5, profile.stacks
-    notice = re.search(r"nprof: ([\d.]+)% of the samples went through functions of stripped_lib.so that have no symbol, "
-                       r"shown as stripped_lib.so\+0xOFFSET: (\S+) is stripped and no debug file for build-id "
+    notice = re.search(r"nprof: ([\d.]+)% of the samples went through functions of stripped_lib.so that have no "
+                       r"symbol, shown as stripped_lib.so\+0xOFFSET: (\S+) is stripped and no debug file for build-id "
                        r"([0-9a-f]+) was found under /usr/lib/debug; a build that keeps its symbol table",
                        result.stderr)  # fmt: skip
     assert notice is not None, result.stderr

@@ -198,20 +198,13 @@ class Sampler:
         captures = tracer.capture(due, copy_stack=native, agent_capture=first, window=window,
                                   late_agent_capture=full)  # fmt: skip
         self.priority.after_stops()  # every thread stopped runs again
-        again: list[ThreadRecord] = []
-        if tracer.late_captures:
-            # stops that came after their tick's window, captured in full; one the agent's settle finds
-            # short (a new thread whose state a walk of the thread lists finds now) is stopped again below,
-            # with this tick's. Recorded unsettled, a late capture of a thread with no state yet had no
-            # runtime frames: 105 of 200 threads a 3.13 program started at once lacked them in a sample.
-            settle = first is not None
-            for capture in tracer.take_late_captures():
-                if settle and not self.agent_calls.settle(capture):
-                    again.append(capture.thread)
-                else:
-                    self.record(capture)
-                self.priority.check()
-        again += self._record_all(captures, settle=first is not None)
+        settle = first is not None
+        # stops that came after their tick's window, captured in full, are settled as the tick's are: one
+        # the agent finds short (a new thread whose state a walk of the thread lists finds now) is stopped
+        # again below. Recorded unsettled, a late capture of a thread with no state yet had no runtime
+        # frames: 105 of 200 threads a 3.13 program started at once lacked them in a sample.
+        again = self._record_all(tracer.take_late_captures(), settle, answer=False)
+        again += self._record_all(captures, settle)
         stopped = len(captures)
         if again:
             stopped += self._capture_again(again, first, full)
@@ -265,9 +258,13 @@ class Sampler:
                 target.space.recheck(now)
         self.naming.tick(now, self.targets.values())
 
-    def _record_all(self, captures: list[Capture], settle: bool) -> list[ThreadRecord]:
+    def _record_all(self, captures: list[Capture], settle: bool, answer: bool = True) -> list[ThreadRecord]:
         """Record a tick's captures (every thread runs again); with ``settle``, first let the agents settle
-        their snapshots. Returns the threads whose snapshot fell short, which were not recorded."""
+        their snapshots. Returns the threads whose snapshot fell short, which were not recorded.
+
+        With ``answer``, tracee events are answered between captures: signals that arrived meanwhile wait
+        in a stop until then. Not for late captures (``Tracer.take_late_captures``): an event answered may
+        be another late stop, copied into a late slot that one of them still occupies."""
         again: list[ThreadRecord] = []
         last = len(captures) - 1
         for i, capture in enumerate(captures):
@@ -276,7 +273,8 @@ class Sampler:
             else:
                 self.record(capture)
             if i < last:  # after the last one, the pump for the next tick answers them first
-                self.tracer.answer_events()  # signals that arrived meanwhile wait in a stop until answered
+                if answer:
+                    self.tracer.answer_events()
                 self.priority.check()
         return again
 

@@ -273,14 +273,13 @@ class Tracer:
             ctypes.memset(ctypes.addressof(regs), 0, ctypes.sizeof(regs))
             return Capture(record, slot, 0, -ctypes.get_errno(), False)
         rsp = base = regs.rsp
-        size = 0
-        if stack_bytes:
-            # the thread's own window, never past what the slots hold (a window is widened by the sampler)
-            size = stack_bytes = min(record.stack_window, self.max_stack_bytes) or stack_bytes
-            if record.stack_lo <= rsp < record.stack_hi:
-                size = min(size, record.stack_hi - rsp)
-                below = min(RED_ZONE, rsp - record.stack_lo)  # not below a mapping known (a first copy)
-                base, size = rsp - below, size + below
+        # the thread's own window (widened by the sampler), never past what the slots hold; 0: no stack copy
+        window = (min(record.stack_window, self.max_stack_bytes) or stack_bytes) if stack_bytes else 0
+        size = window
+        if window and record.stack_lo <= rsp < record.stack_hi:
+            size = min(size, record.stack_hi - rsp)
+            below = min(RED_ZONE, rsp - record.stack_lo)  # not below a mapping known (a first copy)
+            base, size = rsp - below, size + below
         data = co_read = None
         if agent_capture is not None:
             data = agent_capture(record, regs)
@@ -291,11 +290,11 @@ class Tracer:
             n = co_read.read_with_stack(record.tid, slot.address, base, size)
         else:
             n = self._stack_readers[record.pid].read_into(slot.address, base, size, record.tid) if size else 0
-        capture = Capture(record, slot, base, n, stack_bytes > 0 and n - (rsp - base) == stack_bytes, data)
+        capture = Capture(record, slot, base, n, window > 0 and n - (rsp - base) == window, data)
         if record.signal_passed:
             capture.after_signal, record.signal_passed = record.signal_passed, 0
-        if stack_bytes and record.home_hi and not record.home_lo <= rsp < record.home_hi:
-            self._copy_home(capture, stack_bytes)
+        if window and record.home_hi and not record.home_lo <= rsp < record.home_hi:
+            self._copy_home(capture, window)
         return capture
 
     def _copy_home(self, capture: Capture, stack_bytes: int) -> None:

@@ -10,21 +10,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
 
 #: time between two scans for new children or execs
 SCAN_INTERVAL = 0.1
-
-
-def children_of(pid: int, tids: Iterable[int]) -> set[int]:
-    out: set[int] = set()
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                out.update(int(c) for c in f.read().split())
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return out
 
 
 def exe_identity(pid: int) -> tuple[int, int] | None:

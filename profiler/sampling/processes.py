@@ -18,11 +18,11 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.errors import NprofError
 from profiler.runtime import Agent, AgentSession
-from profiler.sampling.children import ChildWatcher, children_of
+from profiler.sampling.children import ChildWatcher
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess, shares_memory
-from profiler.target.procfs import process_alive
+from profiler.target.procfs import children_of, process_alive
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 

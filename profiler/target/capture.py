@@ -139,6 +139,7 @@ class TracerStats:
     group_stops: int = 0
     threads_seen: int = 0
     threads_exited: int = 0
+    orphans_seized: int = 0  #: children seized at their parent's exit (``Tracer.follow_exits``)
 
     def note_held(self, ns: int) -> None:
         self.held_total_ns += ns

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: "I am a kernel thread"
@@ -146,6 +147,33 @@ def target_path(pid: int, path: str) -> str:
         task = live_task_dir(pid)
         root = f"{task}/root" if task is not None else root
     return f"{root}{path}"
+
+
+def children_of(pid: int, tids: Iterable[int]) -> set[int]:
+    """The children that the threads ``tids`` of ``pid`` forked and that have not been reaped
+    (/proc/PID/task/TID/children, CONFIG_PROC_CHILDREN): a child belongs to the thread that forked it."""
+    out: set[int] = set()
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.update(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of the session ``sid`` (proc(5) stat field 6), but its leader: a scan of all of /proc,
+    for the rare event that needs it. A session's id is its leader's pid, and only processes the leader
+    started join it, so these are its descendants, wherever they were reparented since."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == sid:
+            continue
+        text = read_text(f"/proc/{name}/stat")
+        if text is not None and int(split_stat(text)[6]) == sid:
+            out.append(int(name))
+    return out
 
 
 def thread_start_time(pid: int, tid: int) -> int | None:

@@ -21,8 +21,10 @@ from ptrace.binding.func import (
     PTRACE_CONT,
     PTRACE_DETACH,
     PTRACE_EVENT_EXEC,
+    PTRACE_EVENT_EXIT,
     PTRACE_GETREGS,
     PTRACE_O_TRACEEXEC,
+    PTRACE_O_TRACEEXIT,
     PTRACE_SETOPTIONS,
 )
 from ptrace.binding.linux_struct import user_regs_struct
@@ -33,8 +35,10 @@ __all__ = [
     "PTRACE_CONT",
     "PTRACE_DETACH",
     "PTRACE_EVENT_EXEC",
+    "PTRACE_EVENT_EXIT",
     "PTRACE_GETREGS",
     "PTRACE_O_TRACEEXEC",
+    "PTRACE_O_TRACEEXIT",
     "PTRACE_SETOPTIONS",
     "user_regs_struct",
 ]
@@ -125,6 +129,11 @@ def pass_on(tid: int, sig: int, event: int) -> None:
         cont(tid, sig)
     else:
         cont(tid)
+
+
+def set_options(tid: int, options: int) -> int:
+    """Change a tracee's ptrace options; it must be in a ptrace-stop (ptrace(2), PTRACE_SETOPTIONS)."""
+    return ptrace(PTRACE_SETOPTIONS, tid, 0, options)
 
 
 def detach(tid: int, sig: int = 0) -> int:

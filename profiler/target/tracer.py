@@ -6,6 +6,9 @@ Safety rules this module owns (DESIGN.md section 5):
 * Every stop nprof sees is answered at once, also between ticks: ``pump`` blocks in ``waitpid`` rather than
   sleeping, so a signal delivered to the target (a signal-delivery-stop) is passed on within microseconds.
 * A group-stop (the target was sent SIGSTOP) is answered with PTRACE_LISTEN, so job control still holds.
+* A child seized at its parent's exit (``follow_exits``) is detached at the end like any thread, also one
+  that never became a sampled process: left traced, its signals would wait for a tracer that no longer
+  answers (nprof may wait on for the command it started).
 * Nothing is ever written to the target.
 
 Waiting for a stop, bounded by a deadline, is ``events.py``'s: ``sigtimedwait`` on SIGCHLD where every
@@ -64,16 +67,37 @@ def resume_action(status: int) -> int:
     return LISTEN if sig != signal.SIGTRAP else 0
 
 
+#: ptrace options of every process a recording with ``--subprocesses`` seizes. A child whose parent exits at
+#: once (a daemon's fork, setsid, fork) is handed to a reaper before any look at its parent's children
+#: (/proc/PID/task/TID/children, every 100 ms) can find it; PTRACE_O_TRACEEXIT stops each thread at the
+#: start of its exit, while its children are still its own (ptrace(2): "stopped early during process exit"),
+#: and those are seized there (``orphans``). Not PTRACE_O_TRACEFORK, which would attach every child before
+#: its first instruction: a child's PTRACE_TRACEME (a debugger or strace started by the target) would then
+#: fail, and a set-user-ID program it runs would lose its privileges under a tracer without CAP_SYS_PTRACE
+#: (execve(2)). An exec stops a process to be mapped (``exec_stopped``)
+FOLLOW_OPTIONS = pt.PTRACE_O_TRACEEXEC | pt.PTRACE_O_TRACEEXIT
+
+
 class Tracer:
     """Seizes processes (their threads are in ``seized``), captures ticks, and answers every tracee event,
     across one or more processes."""
 
     def __init__(
-        self, stack_bytes: int = 64 * 1024, stop_deadline: float = 0.25, max_stack_bytes: int = 0
+        self,
+        stack_bytes: int = 64 * 1024,
+        stop_deadline: float = 0.25,
+        max_stack_bytes: int = 0,
+        follow_exits: bool = False,
     ) -> None:
         """``stack_bytes``: the window a thread's copies start with; a thread's own grows as the sampler
         widens it (``ThreadRecord.widen``), up to ``max_stack_bytes``, which the slots are reserved for
-        (0, or less than ``stack_bytes``: a fixed window)."""
+        (0, or less than ``stack_bytes``: a fixed window). ``follow_exits``: every process is seized with
+        ``FOLLOW_OPTIONS``, and the children of an exiting thread are seized into ``orphans``."""
+        self.follow_exits = follow_exits
+        #: child pid -> the pid of its parent, for each child seized when a thread of its parent began to
+        #: exit, and not seized as a process yet (``add_process(orphan=True)``): only its leader is traced,
+        #: and its stops are answered like any other's
+        self.orphans: dict[int, int] = {}
         self.stack_bytes = stack_bytes
         self.max_stack_bytes = max(stack_bytes, max_stack_bytes)
         self.stop_deadline = stop_deadline
@@ -96,14 +120,23 @@ class Tracer:
 
     # --- attach / threads -------------------------------------------------------------------------------
 
-    def add_process(self, process: TargetProcess, trace_exec: bool = False, at_exec: bool = False) -> None:
+    def add_process(
+        self, process: TargetProcess, trace_exec: bool = False, at_exec: bool = False, orphan: bool = False
+    ) -> None:
         """Seize every thread of ``process`` (``threads.py``). Raises PermissionDenied with a diagnosis if
         refused. ``trace_exec``: its execs stop it (``exec_stopped``) until ``resume_exec``. ``at_exec``: it
-        was seized so already and waits in its exec stop (``launch.py``); it too waits for ``resume_exec``."""
+        was seized so already and waits in its exec stop (``launch.py``); it too waits for ``resume_exec``.
+        ``orphan``: its leader was seized at its parent's exit (``orphans``), with ``FOLLOW_OPTIONS``."""
         if self._events is None:
             self._events = open_event_wait()
-        options = pt.PTRACE_O_TRACEEXEC if trace_exec or at_exec else 0
-        self.seized.add_process(process, options, seized=at_exec)
+        if self.follow_exits:
+            options = FOLLOW_OPTIONS
+            if at_exec:  # launch.py seized it with PTRACE_O_TRACEEXEC alone; it is in a ptrace-stop now
+                pt.set_options(process.pid, options)
+        else:
+            options = pt.PTRACE_O_TRACEEXEC if trace_exec or at_exec else 0
+        self.seized.add_process(process, options, seized=at_exec or orphan)
+        self.orphans.pop(process.pid, None)
         self._stack_readers[process.pid] = pt.StackReader(process.pid)
         if at_exec:
             self.exec_stopped.append(process.pid)
@@ -118,6 +151,7 @@ class Tracer:
         """A tracee's exit (or death) status: the end of its process if it is a leader, and of the thread."""
         if tid in self.seized.processes:
             self.seized.leader_exited(tid, status)
+        self.orphans.pop(tid, None)
         record = self.seized.records.get(tid)
         if record is not None:
             self._drop(record)
@@ -239,8 +273,10 @@ class Tracer:
                 record = pending.get(tid)
                 if record is None or (status & 0xFF) != 0x7F or status >> 16 not in (PTRACE_EVENT_STOP, 0):
                     self._handle_event(tid, status)
-                    if record is not None and (record.gone or tid in self.exec_stopped):
-                        del pending[tid]  # its interrupt-stop comes after its exec stop is resumed
+                    if record is not None and (
+                        record.gone or tid in self.exec_stopped or status >> 16 == pt.PTRACE_EVENT_EXIT
+                    ):
+                        del pending[tid]  # exiting, or its interrupt-stop comes after its exec stop is resumed
                     continue
                 # an interrupt-stop, a group-stop or a signal-delivery-stop of a due thread: held until resumed
                 # (the guard); the signal's stop answered the interrupt, and is the sample (``resume_action``)
@@ -342,6 +378,16 @@ class Tracer:
             return
         record = self.seized.records.get(tid)
         sig, event = pt.decode_stop(status)
+        if event == pt.PTRACE_EVENT_EXIT:
+            if record is not None:
+                record.interrupt_pending = False  # answered by this stop; no interrupt-stop comes after it
+                self._late.pop(tid, None)
+            self._seize_orphans(record.pid if record is not None else tid, tid)
+            pt.cont(tid)  # to its death, reported as any (or, a thread torn down by another's exec, not)
+            return
+        if event == pt.PTRACE_EVENT_EXEC and record is None and tid in self.orphans:
+            pt.cont(tid)  # a child not sampled yet: nothing to map while it waits, the next look maps it
+            return
         if event == pt.PTRACE_EVENT_EXEC:
             # tid is the leader's (an exec from another thread takes its tid): held for the sampler to map
             # the new program before it runs (``resume_exec``)
@@ -366,6 +412,44 @@ class Tracer:
             record.signal_passed = sig
         if event == 0 and record is not None and record.interrupt_pending:
             pt.interrupt(tid)  # the signal's stop answered it: ask again for the stop still awaited
+
+    def _seize_orphans(self, pid: int, tid: int) -> None:
+        """Thread ``tid`` of ``pid`` is in its exit stop: seize each child it forked that is not traced yet,
+        before its exit hands them to a reaper (``orphans``). A thread without a record is the leader of
+        an orphan not seized as a process yet, so its pid is its tid: a daemon's first child, exiting
+        after its own fork, is how its second is found.
+
+        That first child is often past its own exit stop when this one is answered (a C daemon's setsid
+        and fork take microseconds), and its child is what matters:
+        * seized while still exiting, its children are seized at once too (a Python process's exit frees
+          its memory for a millisecond or more before they are handed on: 6 of 8 recordings of a Python
+          double fork at 1 kHz followed the daemon without this);
+        * exited, it waits as a zombie, its children handed to a reaper already. Having called setsid, it
+          led a session, which only its descendants are in: those are seized instead (0 of 10 recordings
+          of a C double fork followed the daemon without this).
+
+        Any other refused seize is left to the look for children (a child another tracer has)."""
+        for child in procfs.children_of(pid, (tid,)):
+            if child in self.seized.processes or child in self.orphans:
+                continue
+            if pt.seize(child, FOLLOW_OPTIONS) == 0:
+                self._orphan(child, pid)
+                continue
+            status = procfs.read_status(child)
+            if status is not None and status.state in procfs.EXITED_STATES:
+                for member in procfs.session_members(child):
+                    self._orphan(member, child, seize=True)
+
+    def _orphan(self, pid: int, parent: int, seize: bool = False) -> None:
+        """Keep ``pid``, seized, as an orphan, and seize the children it has already (``_seize_orphans``)."""
+        if pid in self.seized.processes or pid in self.orphans:
+            return
+        if seize and pt.seize(pid, FOLLOW_OPTIONS) != 0:
+            return
+        self.orphans[pid] = parent
+        self.stats.orphans_seized += 1
+        for child in procfs.children_of(pid, procfs.list_threads(pid)):
+            self._orphan(child, pid, seize=True)
 
     def _capture_late(self, record: ThreadRecord, status: int) -> None:
         """The stop of a thread that missed its tick's window: copy it now, then let it go. Its hold is noted
@@ -415,6 +499,7 @@ class Tracer:
     def _forget_all(self) -> None:
         for record in list(self.seized.records.values()):
             self._drop(record)
+        self.orphans.clear()
 
     # --- the guard and detaching --------------------------------------------------------------------------
 
@@ -437,7 +522,8 @@ class Tracer:
             if record is not None:
                 self._drop(record, exited=False)
         self.exec_stopped.clear()
-        waiting: dict[int, ThreadRecord] = {}
+        #: tid -> its record, or None for an orphan never seized as a process (``orphans``)
+        waiting: dict[int, ThreadRecord | None] = {}
         for record in list(self.seized.records.values()):
             if record.proc.state() in procfs.EXITED_STATES:  # an exited thread cannot stop: not waited for
                 if record.tid != record.pid:
@@ -453,6 +539,7 @@ class Tracer:
                 waiting[record.tid] = record
             else:
                 self._drop(record)
+        self._wait_for_orphans(waiting)
         start = time.monotonic()
         deadline, stuck_by = start + timeout, start + min(timeout, self.stop_deadline)
         if waiting and self._events is None:
@@ -462,31 +549,41 @@ class Tracer:
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                if now >= stuck_by and all(r.proc.state() == procfs.DISK_SLEEP for r in waiting.values()):
+                if now >= stuck_by and all(
+                    r is not None and r.proc.state() == procfs.DISK_SLEEP for r in waiting.values()
+                ):
                     break  # they stop when they wake, which may be never; the kernel detaches them at exit
                 tid, status, err = self._events.wait(stuck_by if now < stuck_by else deadline)
                 if tid < 0:
                     if err == errno.ECHILD:
                         break
                     continue
-                record = waiting.pop(tid, None)
-                if record is None:
-                    self._handle_event(tid, status)
+                if tid not in waiting:
+                    self._handle_event(tid, status)  # an exit stop among them: its orphans are waited for too
+                    self._wait_for_orphans(waiting)
                     continue
+                record = waiting.pop(tid)
                 if (status & 0xFF) != 0x7F:
                     self._exited(tid, status)
                     continue
                 sig, event = pt.decode_stop(status)
-                if event == 0:
-                    pt.detach(tid, sig)  # deliver the signal it was stopped for
-                else:
-                    pt.detach(tid, 0)
-                self._drop(record, exited=False)
+                pt.detach(tid, sig if event == 0 else 0)  # a signal-delivery-stop: deliver the signal
+                if record is not None:
+                    self._drop(record, exited=False)
+                self.orphans.pop(tid, None)
         finally:
             self._close_events()
         self._stack_readers.clear()
         self.seized.processes.clear()
         return list(waiting)
+
+    def _wait_for_orphans(self, waiting: dict[int, ThreadRecord | None]) -> None:
+        """Ask a stop of every orphan that ``detach_all`` does not wait for yet."""
+        for tid in self.orphans.keys() - waiting.keys():
+            if pt.interrupt(tid) == 0:
+                waiting[tid] = None
+            else:
+                del self.orphans[tid]  # gone
 
     # --- the wait that bounds every blocking wait ------------------------------------------------------
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -184,3 +186,62 @@ def test_a_zombie_is_not_taken_for_a_thread_another_tracer_has():
         assert table.refused == {}
     finally:
         child.wait()
+
+
+#: on SIGUSR1, a daemon's double fork made certain to lose the race: the first child calls setsid, forks the
+#: daemon and exits, and only once it is a zombie does the parent exit. The daemon (its pid in argv[2]) spins
+#: until argv[3] exists
+_ORPHANER = """
+import os, signal, sys, time
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+os.write(int(sys.argv[1]), b"ready\\n")
+signal.sigwait({signal.SIGUSR1})
+first = os.fork()
+if first == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[2] + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not os.path.exists(sys.argv[3]):
+            pass
+    os._exit(0)
+os.waitid(os.P_PID, first, os.WEXITED | os.WNOWAIT)  # a zombie now, its child handed to a reaper
+os._exit(0)
+"""
+
+
+def test_a_daemon_whose_first_child_is_gone_is_seized_through_its_session(tmp_path):
+    """With ``follow_exits``, a parent's exit stop seizes its children before they are handed to a reaper
+    (``Tracer.orphans``); a daemon's first child that exited already left its own child to the reaper, and
+    it is found as the one process in the session that child led. Traced before the sampler ever makes it a
+    process of its own, it must still be let go by the detach, or its signals would wait for a tracer that
+    stopped answering."""
+    pidfile, stopfile = str(tmp_path / "daemon"), str(tmp_path / "stop")
+    daemon = 0
+    try:
+        with running_target([sys.executable, "-c", _ORPHANER, pidfile, stopfile], ready_at=3) as target:
+            tracer = Tracer(follow_exits=True)
+            try:
+                tracer.add_process(TargetProcess(target.pid), trace_exec=True)
+                tracer.seized.sync(target.pid)
+                target.send_signal(signal.SIGUSR1)
+                deadline = time.monotonic() + 10
+                while tracer.seized.process_alive(target.pid) and time.monotonic() < deadline:
+                    tracer.pump(time.monotonic() + 0.05)
+                assert wait_until(lambda: os.path.exists(pidfile))
+                with open(pidfile) as f:
+                    daemon = int(f.read())
+                assert list(tracer.orphans) == [daemon], (tracer.orphans, daemon)
+                assert tracer.stats.orphans_seized == 1
+                assert read_status(daemon).tracer_pid == threading.get_native_id()
+                tracer.pump(time.monotonic() + 0.05)
+                assert read_status(daemon).state in "RS", "an orphan runs while nothing samples it"
+            finally:
+                tracer.detach_all()
+            assert not tracer.orphans
+            assert_running_free(daemon)
+    finally:
+        open(stopfile, "w").close()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{daemon}")), "the daemon did not finish"

@@ -1,10 +1,11 @@
 """The set of processes a recording samples: one ``Target`` per pid (its address space, unwinder and runtime
-agent). A process joins when it is attached (``add``), when it is born a child of one (``--subprocesses``),
-and again, as a new Target under its old pid, when it execs: at once for a process seized with
-PTRACE_O_TRACEEXEC (the one nprof was pointed at, or started), which waits in its exec stop while it is
-mapped; at the next scan for others. A process that was just started may load its
-runtime later than its first look (libpython is mapped after exec), so its detection is retried for a
-grace period (``target.py``) before it is profiled natively, with a notice saying why.
+agent). A process joins when it is attached (``add``), when it is born a child of one (``--subprocesses``:
+found by a look at its parent's children, or seized when its parent exits, ``Tracer.orphans``), and
+again, as a new Target under its old pid, when it execs: at once for a process seized with
+PTRACE_O_TRACEEXEC (the one nprof was pointed at or started, and children with --subprocesses), which
+waits in its exec stop while it is mapped; at the next scan for others. A process that was just started
+may load its runtime later than its first look (libpython is mapped after exec), so its detection is
+retried for a grace period (``target.py``) before it is profiled natively, with a notice saying why.
 
 The sampler asks for ``look_again`` between ticks; nothing here runs while a thread is stopped.
 """
@@ -56,15 +57,20 @@ class SampledProcesses:
         #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
         #: their agents change, not asked of every target each tick
         self.any_agent = False
+        #: orphans that could not be made Targets (told once): left as they are, detached at the end
+        self._not_followed: set[int] = set()
 
-    def add(self, pid: int, fresh: bool = False, trace_exec: bool = False, at_exec: bool = False) -> Target:
+    def add(
+        self, pid: int, fresh: bool = False, trace_exec: bool = False, at_exec: bool = False, orphan: bool = False
+    ) -> Target:
         """Validate, seize every thread, map modules and detect a managed runtime.
 
         ``fresh``: the process was just started (a new child): its runtime may not be loaded yet, so
         detection is retried for a while. ``trace_exec``: its execs are mapped while it waits in the exec
         stop (``after_execs``), so no sample of its new program is unwound with the old one's modules.
         ``at_exec``: a command nprof started (``launch.py``), already seized and waiting in its exec stop;
-        it is resumed once mapped, whatever happens, so its first instruction can be sampled.
+        it is resumed once mapped, whatever happens, so its first instruction can be sampled. ``orphan``: a
+        child seized at its parent's exit (``Tracer.orphans``), seized already; it runs meanwhile.
         """
         try:
             process = TargetProcess(pid)
@@ -77,7 +83,7 @@ class SampledProcesses:
                     "so: its threads stay where they stopped, and a recording counts them as idle (--idle "
                     f"shows them) until it is continued (kill -CONT {pid})."
                 )
-            self.tracer.add_process(process, trace_exec, at_exec)
+            self.tracer.add_process(process, trace_exec, at_exec, orphan)
             self.targets[pid] = target
             self.children.remember(pid)
             self._note_agents()
@@ -185,7 +191,8 @@ class SampledProcesses:
             if not self.config.subprocesses:
                 continue
             tids = [r.tid for r in seized.records.values() if r.pid == pid]
-            for child in children_of(pid, tids) - self.targets.keys():
+            # (orphans are seized already, and followed below)
+            for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys():
                 if shares_memory(pid, child):  # a vfork child before its exec: looked at again next scan
                     continue
                 try:
@@ -194,5 +201,29 @@ class SampledProcesses:
                     if not process_alive(child):  # it was short-lived: the usual case for children, no news
                         self.session.count("children_exited_before_attach")
                         continue
-                    self.session.count("children_not_followed")
-                    self.notice(f"not following child {child}: {e.message}")
+                    self._not_following(child, e)
+        self.follow_orphans()
+
+    def follow_orphans(self) -> bool:
+        """Make a Target of each child seized at its parent's exit (``Tracer.orphans``); not of a vfork
+        child before its exec, which runs in its parent's memory. True if one was added. Called by every
+        look for children, and at once when no other process is left (a daemon's parents exited)."""
+        added = False
+        for child, parent in list(self.tracer.orphans.items()):
+            if child in self._not_followed or (parent in self.targets and shares_memory(parent, child)):
+                continue
+            try:
+                self.add(child, fresh=True, orphan=True)
+                added = True
+            except NprofError as e:
+                if not process_alive(child):
+                    self.tracer.orphans.pop(child, None)
+                    self.session.count("children_exited_before_attach")
+                    continue
+                self._not_followed.add(child)
+                self._not_following(child, e)
+        return added
+
+    def _not_following(self, child: int, error: NprofError) -> None:
+        self.session.count("children_not_followed")
+        self.notice(f"not following child {child}: {error.message}")

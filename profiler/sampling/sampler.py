@@ -79,7 +79,9 @@ class Sampler:
     ) -> None:
         self.session = session
         self.config = config
-        self.tracer = tracer or Tracer(config.stack_bytes, config.stop_deadline, config.window_cap)
+        self.tracer = tracer or Tracer(
+            config.stack_bytes, config.stop_deadline, config.window_cap, follow_exits=config.subprocesses
+        )
         self.objects = objects or ObjectFileCache()
         self.notice = notice
         self.processes = SampledProcesses(session, config, self.tracer, self.objects, agents, self._notice)
@@ -145,6 +147,8 @@ class Sampler:
                     break
                 priority.realtime()
                 if not tracer.pump(due, should_stop) or not live:  # pump: also until should_stop
+                    if tracer.orphans and self.processes.follow_orphans():
+                        continue  # every parent exited, leaving children that were not sampled yet
                     self.end_reason = EndReason.EXITED
                     break
                 if tracer.exec_stopped:  # a process waits in its exec stop: map its new program, then resume
@@ -324,7 +328,7 @@ class Sampler:
             meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
         stats = self.tracer.stats
         for name in ("late_stops", "late_captures", "signals_forwarded", "group_stops", "threads_seen",
-                     "threads_exited", "process_held_ns"):  # fmt: skip
+                     "threads_exited", "process_held_ns", "orphans_seized"):  # fmt: skip
             value = getattr(stats, name)
             if value:
                 self.session.counters[name] = value

@@ -9,7 +9,7 @@ import sys
 
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope
-from tests.support.targets import nprof_command, run_nprof, running_target, wait_until
+from tests.support.targets import assert_running_free, nprof_command, run_nprof, running_target, wait_until
 
 
 def traced_children(pid: int) -> set[int]:
@@ -179,3 +179,74 @@ def test_python_children_have_their_own_python_frames(tmp_path):
     children = [p for p in profiles if any("child_work" in s for s in p.stacks)]
     assert len(children) == 2, [p.name for p in profiles]
     assert any("parent_work" in s for p in profiles for s in p.stacks)
+
+
+#: a daemon the classic way (fork, setsid, fork; each parent exits at once; standard streams to /dev/null),
+#: busy in ``daemon_work`` until argv[2] exists or for argv[3] seconds; its pid is written to argv[1]
+_DAEMONIZES = """
+import os, sys, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+
+def daemon_work():
+    end = time.monotonic() + float(sys.argv[3])
+    while time.monotonic() < end and not os.path.exists(sys.argv[2]):
+        sum(range(1000))
+
+daemon_work()
+"""
+
+
+def _daemon_seconds(out: str, parent: int) -> tuple[float, float]:
+    """(seconds sampled in ``daemon_work``, all seconds sampled) in the profiles of processes other than
+    ``parent``."""
+    profiles = [p for p in read_speedscope(out) if int(p.name.split()[1]) != parent]
+    weights = [(s, w) for p in profiles for s, w in p.stacks.items()]
+    return sum(w for s, w in weights if "daemon_work" in s), sum(w for _s, w in weights)
+
+
+def test_a_daemon_is_followed_after_its_parents_exit(tmp_path):
+    """A child whose parent exits at once (a daemon's double fork) is gone from every look at the parent's
+    children before the first one: it is seized at its parent's exit stop instead (PTRACE_O_TRACEEXIT), as
+    is the daemon at its own parent's (or, that one gone already, through the session it led), and the
+    recording goes on while it runs, though the command nprof started has exited."""
+    out = str(tmp_path / "daemon.speedscope.json")
+    pidfile, stopfile = str(tmp_path / "pid"), str(tmp_path / "stop")
+    cmd = ["--", sys.executable, "-c", _DAEMONIZES, pidfile, stopfile, "1"]
+    result = run_nprof("record", "--subprocesses", "-o", out, *cmd)
+    assert result.returncode == 0, result.stderr
+    assert "target exited (status 0)" in result.stderr, result.stderr
+    meta = Session.load(str(tmp_path / "daemon.nprof")).meta
+    with open(pidfile) as f:
+        daemon = int(f.read())
+    assert daemon in meta.processes and meta.exit_status.get(daemon) == 0, (daemon, meta.processes)
+    in_work, total = _daemon_seconds(out, meta.pid)
+    assert in_work >= 0.5 and in_work >= 0.9 * total, (in_work, total)  # of the 1 s it works
+
+
+def test_a_daemon_runs_on_free_when_the_recording_ends_first(tmp_path):
+    """Recorded for less than the daemon lives: it is detached at the end, running, not stopped."""
+    out = str(tmp_path / "daemon.speedscope.json")
+    pidfile, stopfile = str(tmp_path / "pid"), str(tmp_path / "stop")
+    cmd = ["--", sys.executable, "-c", _DAEMONIZES, pidfile, stopfile, "60"]
+    try:
+        result = run_nprof("record", "--subprocesses", "-d", "1", "-o", out, *cmd)
+        assert result.returncode == 0, result.stderr
+        assert wait_until(lambda: os.path.exists(pidfile))
+        with open(pidfile) as f:
+            daemon = int(f.read())
+        assert_running_free(daemon)
+        in_work, _total = _daemon_seconds(out, Session.load(str(tmp_path / "daemon.nprof")).meta.pid)
+        assert in_work >= 0.3, in_work  # of the 1 s recorded
+    finally:
+        open(stopfile, "w").close()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{daemon}"), 10), "the daemon did not finish its work"

@@ -162,6 +162,13 @@ def children_of(pid: int, tids: Iterable[int]) -> set[int]:
     return out
 
 
+def led_session(pid: int) -> bool:
+    """Whether ``pid`` (alive, or a zombie: its stat stays readable) leads a session: its session id
+    (proc(5) stat field 6) is its own pid, as setsid(2) makes it."""
+    text = read_text(f"/proc/{pid}/stat")
+    return text is not None and int(split_stat(text)[6]) == pid
+
+
 def session_members(sid: int) -> list[int]:
     """The processes of the session ``sid`` (proc(5) stat field 6), but its leader: a scan of all of /proc,
     for the rare event that needs it. A session's id is its leader's pid, and only processes the leader

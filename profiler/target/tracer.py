@@ -436,7 +436,7 @@ class Tracer:
                 self._orphan(child, pid)
                 continue
             status = procfs.read_status(child)
-            if status is not None and status.state in procfs.EXITED_STATES:
+            if status is not None and status.state in procfs.EXITED_STATES and procfs.led_session(child):
                 for member in procfs.session_members(child):
                     self._orphan(member, child, seize=True)
 

@@ -36,6 +36,13 @@ Keys are what ``RuntimeFrame.code`` holds: the address for the first code object
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
 functions that shared an address stay two frames in a profile. The generation wraps after 65536 occupants of
 one address, which would merge only frames that far apart.
+
+A code object decoded to the same name, file, first line, line table and prologue as one seen before takes
+that one's key (``_register``): a profile could not tell their frames apart anyway. A program that makes the
+same function again and again (``exec`` in a loop; ``namedtuple`` and ``dataclass`` write their methods
+with it) would otherwise add a key, its frames and the stacks through them with every new code object, and
+a recording of it would grow for as long as it ran: 21,202 stacks and 10,542 frames for 9,925 samples of
+``churn3.py code`` (20 s at 500 Hz, 3.12) before.
 """
 
 from __future__ import annotations
@@ -105,6 +112,7 @@ class CodeInfo:
 class CodeStats:
     decoded: int = 0
     reused_addresses: int = 0  #: an address came back holding a different code object
+    same_content: int = 0  #: a new code object decoded to one seen before, and took its key
     not_code: int = 0  #: a frame's code pointer did not point at a code object
     unreadable: int = 0  #: a code object's strings or line table could not be read
 
@@ -144,6 +152,8 @@ class CodeCache:
         self._i_name = self._field["qualname"] if "qualname" in self._field else self._field["name"]
         self._by_addr: dict[int, CodeInfo] = {}
         self.by_key: dict[int, CodeInfo] = {}
+        #: (name, file, first line, line table, first traceable instruction) -> the entry that has its key
+        self._by_content: dict[tuple[str, str, int, bytes, int | None], CodeInfo] = {}
         self._generation: dict[int, int] = {}
         self.version = 0  #: code objects registered so far (``code_check.HeaderCheck``)
         self.stats = CodeStats()
@@ -260,18 +270,31 @@ class CodeCache:
         return self._register(addr, found, strings)
 
     def _register(self, addr: int, ident: tuple[int, ...], found: tuple[str, str, bytes]) -> int:
-        """Enter a decoded code object under a new key (the next generation of its address)."""
+        """Enter a decoded code object under a new key (the next generation of its address), or under the
+        key of one decoded to the same content before (the module's docstring says why)."""
         if addr in self._by_addr:
             self.stats.reused_addresses += 1
         generation = self._generation.get(addr, -1) + 1
         self._generation[addr] = generation
-        key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
         name, filename, table = found
         firstlineno = ident[self._field["firstlineno"]]
-        info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format)
+        first = None
         if "first_traceable" in self._field:
             first = ident[self._field["first_traceable"]]
-            info.first_traceable = first if 0 <= first <= MAX_FIRST_TRACEABLE else None
+            first = first if 0 <= first <= MAX_FIRST_TRACEABLE else None
+        content = (name, filename, firstlineno, table, first)
+        same = self._by_content.get(content)
+        if same is not None:
+            self._by_addr[addr] = CodeInfo(same.key, ident, same.name, same.filename, firstlineno, same.table_bytes,
+                                           same.table_format, same.table, first)  # fmt: skip
+            self.stats.same_content += 1
+            self.version += 1
+            self.stats.decoded += 1
+            return same.key
+        key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
+        info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format)
+        info.first_traceable = first
+        self._by_content[content] = info
         self._by_addr[addr] = info
         self.by_key[key] = info
         self.version += 1

@@ -556,6 +556,36 @@ def test_reused_code_address_gets_a_new_key(target):
     assert codes.stats.reused_addresses == 1
 
 
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_a_code_object_made_again_takes_the_key_of_the_one_it_repeats(target):
+    """``exec`` in a loop makes the same function again and again: a new code object with the name, file,
+    first line and line table of one decoded before takes its key, at another address or at the same one,
+    so its frames and the stacks through them are that one's, and a recording does not grow with each."""
+    older = target.code("f", 10, version=1)
+    newer = target.code("f", 10, version=2)  # the same function made again elsewhere: its own strings
+    outer = target.frame(older, 0, position=1)
+    inner = target.frame(newer, outer, position=1)
+    stack, _ = capture(target, target.thread_state(inner))
+    (frames, _), codes = decode(target, stack)
+    key = frames[0].code  # (the one decoded first)
+    assert frames[1].code == key and key in (older, newer) and codes.stats.same_content == 1
+    # freed, and made once more at the same address
+    c = target.layout.code
+    target.put(newer + c.name, "Q", target.string("f"))
+    if c.qualname is not None:
+        target.put(newer + c.qualname, "Q", target.string("Q.f"))
+    if c.version is not None:
+        target.put(newer + c.version, "I", 3)
+    again, _ = capture(target, target.thread_state(inner))
+    (second, _), _ = decode(target, again, codes)
+    assert [f.code for f in second] == [key, key] and codes.stats.same_content == 2
+    # one that differs in its first line only is another function
+    other = target.code("f", 11, version=4)
+    third, _ = capture(target, target.thread_state(target.frame(other, outer, position=1)))
+    (frames, _), _ = decode(target, third, codes)
+    assert frames[0].code == other and frames[1].code == key and names_of(codes, frames) == ["f", "f"]
+
+
 @pytest.mark.parametrize("target", LAYOUTS[:1], indirect=True)
 def test_code_that_cannot_be_decoded_is_unknown(target):
     """A pointer that is no live code object when its strings are read (here: freed, pymalloc's link over

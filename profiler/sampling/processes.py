@@ -23,7 +23,7 @@ from profiler.sampling.children import ChildWatcher
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess, shares_memory
-from profiler.target.procfs import children_of, process_alive
+from profiler.target.procfs import children_of, process_alive, thread_start_time
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -57,8 +57,9 @@ class SampledProcesses:
         #: some target has a runtime agent, so the stops need the agent hooks: recomputed where targets or
         #: their agents change, not asked of every target each tick
         self.any_agent = False
-        #: orphans that could not be made Targets (told once): left as they are, detached at the end
-        self._not_followed: set[int] = set()
+        #: children that could not be followed, told once: pid -> its start time (a pid reused by another
+        #: process is tried again). An orphan among them stays seized as it is, and is detached at the end
+        self._not_followed: dict[int, int | None] = {}
 
     def add(
         self, pid: int, fresh: bool = False, trace_exec: bool = False, at_exec: bool = False, orphan: bool = False
@@ -193,7 +194,7 @@ class SampledProcesses:
             tids = [r.tid for r in seized.records.values() if r.pid == pid]
             # (orphans are seized already, and followed below)
             for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys():
-                if shares_memory(pid, child):  # a vfork child before its exec: looked at again next scan
+                if self._told(child) or shares_memory(pid, child):  # a vfork child before its exec: looked at again next scan
                     continue
                 try:
                     self.add(child, fresh=True)
@@ -210,7 +211,7 @@ class SampledProcesses:
         look for children, and at once when no other process is left (a daemon's parents exited)."""
         added = False
         for child, parent in list(self.tracer.orphans.items()):
-            if child in self._not_followed or (parent in self.targets and shares_memory(parent, child)):
+            if self._told(child) or (parent in self.targets and shares_memory(parent, child)):
                 continue
             try:
                 self.add(child, fresh=True, orphan=True)
@@ -220,10 +221,16 @@ class SampledProcesses:
                     self.tracer.orphans.pop(child, None)
                     self.session.count("children_exited_before_attach")
                     continue
-                self._not_followed.add(child)
                 self._not_following(child, e)
         return added
 
     def _not_following(self, child: int, error: NprofError) -> None:
+        """Tell once why ``child`` is not followed, with the error's advice (another tracer has it: which
+        one); each look for children found it again, and said so again, with the reason left out."""
+        self._not_followed[child] = thread_start_time(child, child)
         self.session.count("children_not_followed")
-        self.notice(f"not following child {child}: {error.message}")
+        self.notice(f"not following child {child}: {error}")
+
+    def _told(self, child: int) -> bool:
+        """Whether ``child`` was found not followable already (and is the same process)."""
+        return child in self._not_followed and self._not_followed[child] == thread_start_time(child, child)

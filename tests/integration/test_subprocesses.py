@@ -250,3 +250,32 @@ def test_a_daemon_runs_on_free_when_the_recording_ends_first(tmp_path):
     finally:
         open(stopfile, "w").close()
     assert wait_until(lambda: not os.path.exists(f"/proc/{daemon}"), 10), "the daemon did not finish its work"
+
+
+#: a parent that traces its child, as a debugger does: the child asks for it (PTRACE_TRACEME) at once, and
+#: lives 0.6 s; its exit code says whether the request was granted (0) or not (3)
+_TRACES_ITS_CHILD = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+child = os.fork()
+if child == 0:
+    granted = libc.ptrace(0, 0, None, None) == 0  # PTRACE_TRACEME
+    time.sleep(0.6)
+    os._exit(0 if granted else 3)
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_another_tracer_has_is_told_of_once_with_its_tracer(tmp_path):
+    """A look for children every 100 ms found a child traced by its own parent again and again: the notice
+    that it is not followed came at each look, and without its reason, which names the tracer."""
+    out = str(tmp_path / "traced.folded")
+    result = run_nprof("record", "--subprocesses", "-o", out, "--", sys.executable, "-c", _TRACES_ITS_CHILD)
+    assert result.returncode == 0, result.stderr
+    notices = [line for line in result.stderr.splitlines() if "not following child" in line]
+    if result.stdout.strip() == "0":  # (else nprof attached it first, in the microseconds before its request)
+        assert len(notices) == 1, notices
+        assert "already being traced by pid" in notices[0], notices
+    else:
+        assert not notices, notices

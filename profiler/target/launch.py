@@ -58,13 +58,17 @@ class LaunchedCommand:
         os.close(gate_r)
         os.close(report_w)
         self.pid = pid
-        self._seized = False
+        # Seized at once, though released only by ``run_to_exec``: nprof builds its sampler in between (40-50
+        # ms here), and a tracer following children took the child in that time (nprof's own tests, run by
+        # an nprof with --subprocesses: "already being traced" in 2 of 3 daemon tests).
+        self._seize_error = pt.seize(pid, pt.PTRACE_O_TRACEEXEC)
+        self._seized = self._seize_error == 0
 
     def run_to_exec(self) -> None:
-        """Seize the child, let it exec, and return once it waits in its exec stop, seized by this process
-        with PTRACE_O_TRACEEXEC. Raises UsageError when the command cannot run (not found, not executable),
-        PermissionDenied when ptrace is refused (the command is then never started)."""
-        err = pt.seize(self.pid, pt.PTRACE_O_TRACEEXEC)
+        """Let the child, seized at its fork, exec, and return once it waits in its exec stop, seized by this
+        process with PTRACE_O_TRACEEXEC. Raises UsageError when the command cannot run (not found, not
+        executable), PermissionDenied when ptrace was refused (the command is then never started)."""
+        err = self._seize_error
         if err:
             if err == errno.EPERM:
                 error = diagnose_attach_failure(self.pid, err)
@@ -73,7 +77,6 @@ class LaunchedCommand:
             self._close_gate()  # the child reads end-of-file and exits without starting the command
             self.wait()
             raise error
-        self._seized = True
         os.write(self._gate, b"\x01")
         self._close_gate()
         while True:
@@ -92,11 +95,10 @@ class LaunchedCommand:
         never starts: the child reads end-of-file at its gate and exits. One already held in its exec stop
         is detached and runs on, unprofiled, as it would have without nprof (harmless once the tracer
         detached it: ESRCH)."""
-        if self._seized:
+        if self._gate >= 0:
+            self._end_unreleased()
+        elif self._seized:
             pt.detach(self.pid, 0)
-        elif self._gate >= 0:
-            self._close_gate()
-            self.wait()
         self._close_report()
 
     def running(self) -> bool:
@@ -121,6 +123,22 @@ class LaunchedCommand:
         self._exited(status)
 
     # --- internals --------------------------------------------------------------------------------------
+
+    def _end_unreleased(self) -> None:
+        """Close the gate of a child never released, and reap it once it has exited there. Seized, it may
+        stop first (a signal: a terminal's Ctrl-C reaches the whole process group): it is detached from
+        that stop, with its signal, and waited for as the plain child it then is."""
+        self._close_gate()
+        while True:
+            try:
+                _, status = os.waitpid(self.pid, pt.WALL)
+            except ChildProcessError:
+                return
+            if not pt.is_stopped(status):
+                self._exited(status)
+                return
+            sig, event = pt.decode_stop(status)
+            pt.detach(self.pid, sig if event == 0 else 0)
 
     def _exited(self, status: int) -> None:
         self.returncode = os.waitstatus_to_exitcode(status)

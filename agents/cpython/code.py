@@ -284,22 +284,19 @@ class CodeCache:
             first = first if 0 <= first <= MAX_FIRST_TRACEABLE else None
         content = (name, filename, firstlineno, table, first)
         same = self._by_content.get(content)
-        if same is not None:
-            self._by_addr[addr] = CodeInfo(same.key, ident, same.name, same.filename, firstlineno, same.table_bytes,
-                                           same.table_format, same.table, first)  # fmt: skip
+        if same is not None:  # its own identity, for the checks at this address; the other's key and strings
+            info = CodeInfo(same.key, ident, same.name, same.filename, firstlineno, same.table_bytes,
+                            same.table_format, same.table, first)  # fmt: skip
             self.stats.same_content += 1
-            self.version += 1
-            self.stats.decoded += 1
-            return same.key
-        key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
-        info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format)
-        info.first_traceable = first
-        self._by_content[content] = info
+        else:
+            key = addr | (generation & GENERATION_MASK) << GENERATION_SHIFT
+            info = CodeInfo(key, ident, name, filename, firstlineno, table, self._code.linetable_format,
+                            first_traceable=first)  # fmt: skip
+            self._by_content[content] = self.by_key[key] = info
         self._by_addr[addr] = info
-        self.by_key[key] = info
         self.version += 1
         self.stats.decoded += 1
-        return key
+        return info.key
 
     def strings_of(self, read: Read, ident: tuple[int, ...]) -> tuple[str, str, bytes] | None:
         """(name, file name, line table) of the code object whose identity is ``ident``; None if one of them

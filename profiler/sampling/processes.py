@@ -194,15 +194,8 @@ class SampledProcesses:
             tids = [r.tid for r in seized.records.values() if r.pid == pid]
             # (orphans are seized already, and followed below)
             for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys():
-                if self._told(child) or shares_memory(pid, child):  # a vfork child before its exec: looked at again next scan
-                    continue
-                try:
-                    self.add(child, fresh=True)
-                except NprofError as e:
-                    if not process_alive(child):  # it was short-lived: the usual case for children, no news
-                        self.session.count("children_exited_before_attach")
-                        continue
-                    self._not_following(child, e)
+                if not self._told(child) and not shares_memory(pid, child):  # (a vfork child: at the next look)
+                    self._follow(child)
         self.follow_orphans()
 
     def follow_orphans(self) -> bool:
@@ -211,25 +204,27 @@ class SampledProcesses:
         look for children, and at once when no other process is left (a daemon's parents exited)."""
         added = False
         for child, parent in list(self.tracer.orphans.items()):
-            if self._told(child) or (parent in self.targets and shares_memory(parent, child)):
-                continue
-            try:
-                self.add(child, fresh=True, orphan=True)
-                added = True
-            except NprofError as e:
-                if not process_alive(child):
-                    self.tracer.orphans.pop(child, None)
-                    self.session.count("children_exited_before_attach")
-                    continue
-                self._not_following(child, e)
+            if not self._told(child) and not (parent in self.targets and shares_memory(parent, child)):
+                added |= self._follow(child, orphan=True)
         return added
 
-    def _not_following(self, child: int, error: NprofError) -> None:
-        """Tell once why ``child`` is not followed, with the error's advice (another tracer has it: which
-        one); each look for children found it again, and said so again, with the reason left out."""
-        self._not_followed[child] = thread_start_time(child, child)
-        self.session.count("children_not_followed")
-        self.notice(f"not following child {child}: {error}")
+    def _follow(self, child: int, orphan: bool = False) -> bool:
+        """Make a Target of ``child`` (``orphan``: seized already); False if it could not be. One that exited
+        first is the usual end of a short-lived child, and no news; any other reason is told once, with the
+        error's advice (another tracer has it: which one). Each look for children found such a child
+        again, and said so again, with the reason left out."""
+        try:
+            self.add(child, fresh=True, orphan=orphan)
+            return True
+        except NprofError as e:
+            if not process_alive(child):
+                self.tracer.orphans.pop(child, None)
+                self.session.count("children_exited_before_attach")
+            else:
+                self._not_followed[child] = thread_start_time(child, child)
+                self.session.count("children_not_followed")
+                self.notice(f"not following child {child}: {e}")
+            return False
 
     def _told(self, child: int) -> bool:
         """Whether ``child`` was found not followable already (and is the same process)."""

@@ -96,7 +96,8 @@ class LaunchedCommand:
         is detached and runs on, unprofiled, as it would have without nprof (harmless once the tracer
         detached it: ESRCH)."""
         if self._gate >= 0:
-            self._end_unreleased()
+            self._close_gate()
+            self.wait()
         elif self._seized:
             pt.detach(self.pid, 0)
         self._close_report()
@@ -115,20 +116,9 @@ class LaunchedCommand:
         return False
 
     def wait(self) -> None:
-        """Block until the command exits, and reap it (nprof no longer traces it, or never did)."""
-        try:
-            _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            return
-        self._exited(status)
-
-    # --- internals --------------------------------------------------------------------------------------
-
-    def _end_unreleased(self) -> None:
-        """Close the gate of a child never released, and reap it once it has exited there. Seized, it may
-        stop first (a signal: a terminal's Ctrl-C reaches the whole process group): it is detached from
+        """Block until the command exits, and reap it. Still seized (a child never released, ``give_up``), it
+        may stop first (a signal: a terminal's Ctrl-C reaches the whole process group): it is detached from
         that stop, with its signal, and waited for as the plain child it then is."""
-        self._close_gate()
         while True:
             try:
                 _, status = os.waitpid(self.pid, pt.WALL)
@@ -139,6 +129,8 @@ class LaunchedCommand:
                 return
             sig, event = pt.decode_stop(status)
             pt.detach(self.pid, sig if event == 0 else 0)
+
+    # --- internals --------------------------------------------------------------------------------------
 
     def _exited(self, status: int) -> None:
         self.returncode = os.waitstatus_to_exitcode(status)

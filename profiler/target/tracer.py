@@ -38,6 +38,7 @@ from profiler.target.ptrace import (
 )
 from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
 from profiler.target.events import EventWait, open_event_wait
+from profiler.target.orphans import FOLLOW_OPTIONS, Orphans
 from profiler.target.process import TargetProcess
 from profiler.target.threads import ThreadTable
 
@@ -67,17 +68,6 @@ def resume_action(status: int) -> int:
     return LISTEN if sig != signal.SIGTRAP else 0
 
 
-#: ptrace options of every process a recording with ``--subprocesses`` seizes. A child whose parent exits at
-#: once (a daemon's fork, setsid, fork) is handed to a reaper before any look at its parent's children
-#: (/proc/PID/task/TID/children, every 100 ms) can find it; PTRACE_O_TRACEEXIT stops each thread at the
-#: start of its exit, while its children are still its own (ptrace(2): "stopped early during process exit"),
-#: and those are seized there (``orphans``). Not PTRACE_O_TRACEFORK, which would attach every child before
-#: its first instruction: a child's PTRACE_TRACEME (a debugger or strace started by the target) would then
-#: fail, and a set-user-ID program it runs would lose its privileges under a tracer without CAP_SYS_PTRACE
-#: (execve(2)). An exec stops a process to be mapped (``exec_stopped``)
-FOLLOW_OPTIONS = pt.PTRACE_O_TRACEEXEC | pt.PTRACE_O_TRACEEXIT
-
-
 class Tracer:
     """Seizes processes (their threads are in ``seized``), captures ticks, and answers every tracee event,
     across one or more processes."""
@@ -94,15 +84,13 @@ class Tracer:
         (0, or less than ``stack_bytes``: a fixed window). ``follow_exits``: every process is seized with
         ``FOLLOW_OPTIONS``, and the children of an exiting thread are seized into ``orphans``."""
         self.follow_exits = follow_exits
-        #: child pid -> the pid of its parent, for each child seized when a thread of its parent began to
-        #: exit, and not seized as a process yet (``add_process(orphan=True)``): only its leader is traced,
-        #: and its stops are answered like any other's
-        self.orphans: dict[int, int] = {}
         self.stack_bytes = stack_bytes
         self.max_stack_bytes = max(stack_bytes, max_stack_bytes)
         self.stop_deadline = stop_deadline
         self.stats = TracerStats()
         self.seized = ThreadTable(self.stats)  #: every thread seized, by process (``threads.py``)
+        #: children seized at their parent's exit, not processes of their own yet (``orphans.py``)
+        self.orphans = Orphans(self.seized, self.stats)
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
         self._events: EventWait | None = None
         self._slots: list[Slot] = []
@@ -382,7 +370,7 @@ class Tracer:
             if record is not None:
                 record.interrupt_pending = False  # answered by this stop; no interrupt-stop comes after it
                 self._late.pop(tid, None)
-            self._seize_orphans(record.pid if record is not None else tid, tid)
+            self.orphans.seize_children(record.pid if record is not None else tid, tid)
             pt.cont(tid)  # to its death, reported as any (or, a thread torn down by another's exec, not)
             return
         if event == pt.PTRACE_EVENT_EXEC and record is None and tid in self.orphans:
@@ -412,44 +400,6 @@ class Tracer:
             record.signal_passed = sig
         if event == 0 and record is not None and record.interrupt_pending:
             pt.interrupt(tid)  # the signal's stop answered it: ask again for the stop still awaited
-
-    def _seize_orphans(self, pid: int, tid: int) -> None:
-        """Thread ``tid`` of ``pid`` is in its exit stop: seize each child it forked that is not traced yet,
-        before its exit hands them to a reaper (``orphans``). A thread without a record is the leader of
-        an orphan not seized as a process yet, so its pid is its tid: a daemon's first child, exiting
-        after its own fork, is how its second is found.
-
-        That first child is often past its own exit stop when this one is answered (a C daemon's setsid
-        and fork take microseconds), and its child is what matters:
-        * seized while still exiting, its children are seized at once too (a Python process's exit frees
-          its memory for a millisecond or more before they are handed on: 6 of 8 recordings of a Python
-          double fork at 1 kHz followed the daemon without this);
-        * exited, it waits as a zombie, its children handed to a reaper already. Having called setsid, it
-          led a session, which only its descendants are in: those are seized instead (0 of 10 recordings
-          of a C double fork followed the daemon without this).
-
-        Any other refused seize is left to the look for children (a child another tracer has)."""
-        for child in procfs.children_of(pid, (tid,)):
-            if child in self.seized.processes or child in self.orphans:
-                continue
-            if pt.seize(child, FOLLOW_OPTIONS) == 0:
-                self._orphan(child, pid)
-                continue
-            status = procfs.read_status(child)
-            if status is not None and status.state in procfs.EXITED_STATES and procfs.led_session(child):
-                for member in procfs.session_members(child):
-                    self._orphan(member, child, seize=True)
-
-    def _orphan(self, pid: int, parent: int, seize: bool = False) -> None:
-        """Keep ``pid``, seized, as an orphan, and seize the children it has already (``_seize_orphans``)."""
-        if pid in self.seized.processes or pid in self.orphans:
-            return
-        if seize and pt.seize(pid, FOLLOW_OPTIONS) != 0:
-            return
-        self.orphans[pid] = parent
-        self.stats.orphans_seized += 1
-        for child in procfs.children_of(pid, procfs.list_threads(pid)):
-            self._orphan(child, pid, seize=True)
 
     def _capture_late(self, record: ThreadRecord, status: int) -> None:
         """The stop of a thread that missed its tick's window: copy it now, then let it go. Its hold is noted

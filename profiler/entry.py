@@ -1,11 +1,15 @@
-"""The ``nprof`` console script and ``python -m profiler``: the command line, imported under a handler.
+"""The ``nprof`` console script and ``python -m profiler``: the command line, imported with Ctrl-C held.
 
 Importing the command line imports numpy, pyelftools, capstone and every room of the engine: 0.5-1.8 s on
 the 2-core machines here. Ctrl-C in that time raised KeyboardInterrupt out of an import, before the
 command line's own handler existed, and Python printed a traceback (4 of 12 SIGINTs sent 0.5-1.2 s after
-launch), and so did one that came while the command line parsed its arguments (argparse: 2 of 42 sent
-0.24-0.30 s after launch). Nothing is attached or written before a command runs, so there is nothing to
-undo; a command's own run handles KeyboardInterrupt itself.
+launch). Catching it was not enough: an import that defines a dataclass runs its generated methods'
+source through ``exec``, and CPython marks a KeyboardInterrupt raised there as unhandled even once it is
+caught, and ends a ``python -m profiler`` run by SIGINT after its exit code has been chosen (status -2
+after "nprof: interrupted while starting", 3 of 60 SIGINTs sent 0.20-0.30 s after launch). So SIGINT is only noted
+while the import runs, and answered after it; nothing is attached or written by then, so there is nothing
+to undo. The commands take over from there (``cli/record.StopFlag``); one that came while the command line
+parsed its arguments (argparse) is caught here too.
 It lives outside ``profiler/cli``, whose package import is itself the slow part (numpy, at once).
 """
 
@@ -13,15 +17,30 @@ from __future__ import annotations
 
 import signal
 import sys
+from types import FrameType
 
 
 def main() -> int:
-    try:
-        from profiler.cli.main import main as run
+    noted: list[int] = []
+    held = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not ignored (nohup), not replaced
 
-        code = run()
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+
+    if held:
+        signal.signal(signal.SIGINT, note)
+    code = 130
+    try:
+        try:
+            from profiler.cli.main import main as run
+        finally:
+            if held:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+        if not noted:
+            code = run()
     except KeyboardInterrupt:
-        code = 130
+        noted.append(signal.SIGINT)
+    if noted:
         print("nprof: interrupted while starting; nothing was recorded", file=sys.stderr)
     _ignore_stop_signals()
     return code

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET_SOURCES = os.path.join(REPO, "tests", "targets")
@@ -92,6 +93,17 @@ def run_nprof(*args: str, timeout: float = 120, cpu: int | None = None) -> subpr
     """``nprof ARGS``; ``cpu``: run it on that CPU only."""
     return subprocess.run(nprof_command(*args), capture_output=True, text=True, timeout=timeout,
                           preexec_fn=on_cpu(cpu))  # fmt: skip
+
+
+def run_nprof_with(source: str, directory: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m`` a module of ``source`` (written to ``directory``) that changes nprof and runs it with
+    ``args``: as ``python -m profiler`` runs, for CPython ends a ``-m`` run differently from a ``-c`` one
+    (a KeyboardInterrupt caught after an ``exec`` of source text raised it ends only a ``-m`` run by
+    SIGINT)."""
+    (directory / "nprof_changed.py").write_text(source)
+    path = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "nprof_changed", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": path})  # fmt: skip
 
 
 #: a directory name that is not UTF-8 (Latin-1 "café"), as ``os.fsdecode`` gives it: a lone surrogate

@@ -77,9 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NprofError as e:
         print(f"nprof: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("nprof: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"nprof: {str(e) or 'interrupted'}", file=sys.stderr)
+        return 128 + getattr(e, "signal", signal.SIGINT)  # SetupInterrupted: SIGINT's or SIGTERM's
     except BrokenPipeError:
         # Whoever read the output left (`nprof dump --pid P | head`): end as a shell tool ends on SIGPIPE,
         # quietly. Output files were written before anything is printed. Python flushes stdout again at

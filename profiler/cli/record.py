@@ -155,7 +155,22 @@ class StopFlag:
     the whole process group, `timeout` sends it to its child and then to the group, and a user presses
     Ctrl-C again while the profile is written. So the second only says what is going on; the third falls
     back to the default handler (KeyboardInterrupt, or SIGTERM's exit; the tracer's guards, or the
-    kernel, still resume and detach every thread)."""
+    kernel, still resume and detach every thread).
+
+    The flag is up from the fork of the command on, through the set-up, which looks at it between its
+    steps (``raise_if_stopped``). Python's own handler raised KeyboardInterrupt wherever the set-up was, in
+    code that cannot pass it on. Of 60 SIGINTs sent 0.20-0.30 s after launch, 1 to 5 (three sweeps) ended
+    nprof by SIGINT (status -2) after it had printed its message: the exception had gone through an
+    ``exec`` of source text, in which a dataclass being defined by a lazy import makes its methods, and
+    CPython marks a KeyboardInterrupt raised there as unhandled even when it is caught later (and ends a
+    ``python -m`` run by SIGINT: Py_RunMain's check; a script's ``sys.exit`` skips it). 2 of 60 went
+    into an at-fork callback of logging's instead, which printed "Exception ignored" and dropped it: the
+    Ctrl-C was lost, and the whole command was recorded.
+
+    A signal nprof was started with ignored still stops it: a script's background job has SIGINT ignored
+    (POSIX, for asynchronous lists without job control), and ``nprof record ... & kill -INT $!`` is how a
+    script ends a recording. The command nprof starts keeps it ignored, as it would run alone
+    (``ignored``, which ``LaunchedCommand`` takes)."""
 
     #: the signal that abandons what was sampled: the first stops, the second is answered with a notice
     ABANDON_AT = 3
@@ -164,10 +179,13 @@ class StopFlag:
         self.signal: int | None = None
         self.count = 0
         self._old: dict[int, object] = {}
+        #: the signals that were ignored before the flag took them
+        self.ignored: frozenset[int] = frozenset()
 
     def __enter__(self) -> StopFlag:
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, self._on_signal)
+        self.ignored = frozenset(sig for sig, old in self._old.items() if old == signal.SIG_IGN)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -189,6 +207,20 @@ class StopFlag:
 
     def __call__(self) -> bool:
         return self.signal is not None
+
+    def raise_if_stopped(self) -> None:
+        """A step of the set-up: a signal that came before it ends the set-up here (SetupInterrupted)."""
+        if self.signal is not None:
+            raise SetupInterrupted(self.signal)
+
+
+class SetupInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM while nprof started the command or attached: what the set-up did is undone, and
+    nprof exits as a shell reports that signal (128 + its number)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name} while starting; nothing was recorded")
+        self.signal = signum
 
 
 AgentFactory = Callable[[ObjectFileCache], Sequence[Agent]]
@@ -222,43 +254,47 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
             f"{exporter.extensions[0]}.",
         )
 
-    child = LaunchedCommand(command) if command else None  # forked, held before its exec
-    pid = child.pid if child is not None else process_of_pid(args.pid)
-    sampler: Sampler | None = None
-    try:
-        name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
-        output = args.output or _default_output(name, pid, exporter)
-        exporter = exporter or infer_format(output, None)
-        session_path = _session_path(output, name, pid)
-        if args.output is None:
-            check_writable(output)
-        if session_path != output:
-            check_writable(session_path)  # before attaching: nothing recorded is then lost to it
-        session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
-                                      stack_bytes=config.stack_bytes, max_stack_bytes=config.window_cap,
-                                      native=config.native,
-                                      idle_stacks=config.interrupt_sleeping))  # fmt: skip
-        objects = ObjectFileCache()
-        sampler = Sampler(
-            session, config, objects=objects, agents=agent_factory(objects),
-            notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
-        )  # fmt: skip
-        if child is not None:
-            child.run_to_exec()  # raises if it cannot run
-            sampler.add_launched(pid)
-        else:
-            sampler.add_process(pid, trace_exec=True)
-    except BaseException:
-        if sampler is not None:
-            sampler.tracer.detach_all()
-        if child is not None:
-            child.give_up()
-        raise
-    print(f"nprof: recording pid {pid} ({command_line(session.meta.command, 80)}) at {config.rate:g} Hz; "
-          "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
-    status = StatusLine(sampler)
     stop = StopFlag()
-    with stop:  # a signal from here on ends the recording; what was sampled is still written
+    with stop:  # from the fork on, a signal is a flag: it ends the set-up at its next step, the recording at a tick
+        child = LaunchedCommand(command, stop.ignored) if command else None  # forked, held before its exec
+        pid = child.pid if child is not None else process_of_pid(args.pid)
+        sampler: Sampler | None = None
+        try:
+            name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
+            output = args.output or _default_output(name, pid, exporter)
+            exporter = exporter or infer_format(output, None)
+            session_path = _session_path(output, name, pid)
+            if args.output is None:
+                check_writable(output)
+            if session_path != output:
+                check_writable(session_path)  # before attaching: nothing recorded is then lost to it
+            session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
+                                          stack_bytes=config.stack_bytes, max_stack_bytes=config.window_cap,
+                                          native=config.native,
+                                          idle_stacks=config.interrupt_sleeping))  # fmt: skip
+            objects = ObjectFileCache()
+            sampler = Sampler(
+                session, config, objects=objects, agents=agent_factory(objects),
+                notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
+            )  # fmt: skip
+            stop.raise_if_stopped()  # before the command starts, or nprof attaches
+            if child is not None:
+                child.run_to_exec()  # raises if it cannot run
+                sampler.add_launched(pid)
+            else:
+                sampler.add_process(pid, trace_exec=True)
+            stop.raise_if_stopped()
+        except BaseException as e:
+            if sampler is not None:
+                sampler.tracer.detach_all()
+            if child is not None:
+                child.give_up()
+            if stop() and not isinstance(e, KeyboardInterrupt):
+                raise SetupInterrupted(stop.signal) from e  # the signal is why (a command it killed pre-exec)
+            raise
+        print(f"nprof: recording pid {pid} ({command_line(session.meta.command, 80)}) at {config.rate:g} Hz; "
+              "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
+        status = StatusLine(sampler)
         failure: Exception | None = None
         try:
             for tick in sampler.run(stop):

@@ -7,8 +7,9 @@ held before its exec: the child waits on a pipe (the gate) until nprof has seize
 PTRACE_O_TRACEEXEC, then execs. The kernel stops it after the exec and before the new program's first
 instruction (PTRACE_EVENT_EXEC, ptrace(2)), and it waits there while nprof maps it; the sampler resumes it.
 
-The child runs a few lines of Python between the fork and the exec: a read of the gate, the signal
-dispositions reset as ``subprocess`` resets them, ``os.execvp``. None takes a lock another thread of nprof
+The child runs a few lines of Python between the fork and the exec: the signal dispositions reset as
+``subprocess`` resets them (and SIGINT's and SIGTERM's, which nprof handles), a read of the gate,
+``os.execvp``. None takes a lock another thread of nprof
 could hold (numpy's BLAS workers only wait on their own condition variables; glibc's fork keeps malloc
 usable in the child), so the fork is safe although nprof has threads. If the exec fails, the child writes
 its errno to a close-on-exec pipe and exits: an empty pipe means the exec happened.
@@ -23,7 +24,7 @@ import signal
 import stat
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from profiler.errors import PermissionDenied, TargetError, UsageError
 from profiler.target import ptrace as pt
@@ -33,6 +34,10 @@ from profiler.target.permissions import diagnose_attach_failure, has_cap_sys_ptr
 #: failed with goes to the parent through the report pipe
 EXEC_FAILED = 127
 
+#: the signals that stop nprof (``cli/record.StopFlag``); the child takes their default action before its exec,
+#: as the command would: killed by the Ctrl-C that ends nprof's set-up, it never starts
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 #: signals Python ignores at its start and ``subprocess`` gives back their default action in a child
 #: (``restore_signals``, Lib/subprocess.py): a command run by nprof must die of SIGPIPE as it would in a shell
 _RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
@@ -41,20 +46,31 @@ _RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ
 class LaunchedCommand:
     """A command nprof forked, held before its exec until ``run_to_exec``."""
 
-    def __init__(self, command: Sequence[str]) -> None:
+    def __init__(self, command: Sequence[str], ignored: Collection[int] | None = None) -> None:
+        """Fork ``command``, held at its gate. ``ignored``: the stop signals (SIGINT, SIGTERM) it starts with
+        ignored, as nprof was started (a script's background job ignores SIGINT), when a handler of
+        nprof's has taken their place since (default: those ignored now)."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("a command is launched from the main thread (its signal handlers are reset)")
         self.command = list(command)
         _refuse_set_id(self.command[0])
+        if ignored is None:
+            ignored = [sig for sig in _STOP_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
         self.returncode: int | None = None  #: once known: the exit code, or minus the killing signal
         gate_r, self._gate = os.pipe()  # both ends close-on-exec (PEP 446)
         self._report, report_w = os.pipe()
-        with warnings.catch_warnings():
-            # Python 3.12+ warns about fork in a process with threads; the child only execs (module docstring)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:  # the child: never returns
-            _exec_when_released(gate_r, self._gate, self._report, report_w, self.command)
+        # SIGINT and SIGTERM are blocked across the fork: one that reaches the child before it has reset them
+        # then kills it, as it would kill the command, instead of running its copy of nprof's handler
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            with warnings.catch_warnings():
+                # Python 3.12+ warns about fork in a process with threads; the child only execs (module docstring)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: never returns
+                _exec_when_released(gate_r, self._gate, self._report, report_w, self.command, mask, ignored)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(gate_r)
         os.close(report_w)
         self.pid = pid
@@ -180,11 +196,23 @@ def _refuse_set_id(name: str) -> None:
         )
 
 
-def _exec_when_released(gate_r: int, gate_w: int, report_r: int, report_w: int, argv: list[str]) -> None:
-    """The child's side: wait for the gate, then exec ``argv`` (a PATH search, as ``subprocess`` does). On
-    failure, report the errno and exit. Runs nothing that could raise past it: a child must never return
-    into nprof's code."""
+def _exec_when_released(
+    gate_r: int,
+    gate_w: int,
+    report_r: int,
+    report_w: int,
+    argv: list[str],
+    mask: set[signal.Signals],
+    ignored: Collection[int],
+) -> None:
+    """The child's side: the stop signals nprof handles take their default action, or stay ignored
+    (``ignored``), and are unblocked (``mask``: nprof's signal mask before the fork); then wait for the
+    gate, and exec ``argv`` (a PATH search, as ``subprocess`` does). On failure, report the errno and exit.
+    Runs nothing that could raise past it: a child must never return into nprof's code."""
     try:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(gate_w)
         os.close(report_r)
         if os.read(gate_r, 1) != b"\x01":

@@ -19,6 +19,7 @@ from tests.support.targets import (
     nprof_command,
     process_state,
     run_nprof,
+    run_nprof_with,
     running_target,
     stop,
     thread_states,
@@ -109,6 +110,70 @@ def test_signal_to_nprof_writes_what_was_sampled(chain_fp, tmp_path, sig):
         assert wait_until(lambda: run_time(target.pid) > before + 1_000_000), "the target keeps running"
     [profile] = read_speedscope(out)
     assert sum(profile.stacks.values()) > 0
+
+
+#: nprof, signalled by itself while it builds its sampler, through ``exec`` of source text as a dataclass
+#: defined by a lazy import is (the agents' import, 0.2 s after launch here); argv[1] names the signal
+SIGNALLED_WHILE_STARTING = """
+import os, signal, sys
+from profiler.cli import main as cli
+
+agents, name = cli.default_agents, sys.argv.pop(1)
+
+def signalled(objects):
+    exec(f"os.kill(os.getpid(), signal.{name})")
+    return agents(objects)
+
+cli.default_agents = signalled
+from profiler.entry import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_nprof_starts_the_command_ends_it_before_it_runs(tmp_path, sig):
+    """A signal in the set-up ends it at its next step: the command never runs, nothing is written, and nprof
+    exits as a shell reports the signal. Before, SIGINT raised KeyboardInterrupt where the set-up was: in
+    an ``exec``, CPython then ended nprof by SIGINT (-2) after it had printed its message (1-5 of 60
+    SIGINTs 0.20-0.30 s after launch), and in an at-fork callback the Ctrl-C was dropped and the whole
+    command recorded; SIGTERM killed nprof outright."""
+    ran, out = tmp_path / "ran", tmp_path / "p.folded"
+    result = run_nprof_with(SIGNALLED_WHILE_STARTING, tmp_path, signal.Signals(sig).name, "record", "-o", str(out),
+                            "--", "touch", str(ran))  # fmt: skip
+    assert result.returncode == 128 + sig, result.stderr
+    name = signal.Signals(sig).name
+    assert f"interrupted by {name} while starting; nothing was recorded" in result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    assert not ran.exists() and not out.exists()
+
+
+#: nprof that sends SIGINT to the command it forked, alone, while the command waits to be let exec
+CHILD_SIGNALLED_BEFORE_ITS_EXEC = """
+import os, signal, sys
+from profiler.cli import main as cli
+
+agents = cli.default_agents
+
+def signal_the_child(objects):
+    [child] = open(f"/proc/self/task/{os.getpid()}/children").read().split()
+    os.kill(int(child), signal.SIGINT)
+    return agents(objects)
+
+cli.default_agents = signal_the_child
+from profiler.entry import main
+sys.exit(main())
+"""
+
+
+def test_a_command_signalled_before_its_exec_dies_of_it_as_it_would_unprofiled(tmp_path):
+    """The forked child waits in nprof's Python until it may exec; a SIGINT that reaches it there takes the
+    default action, as it would in the command. Before, the child ran its copy of nprof's handler and
+    exited 127 ("exited (127) before it started")."""
+    ran = tmp_path / "ran"
+    result = run_nprof_with(CHILD_SIGNALLED_BEFORE_ITS_EXEC, tmp_path, "record", "-o", str(tmp_path / "p.folded"),
+                            "--", "touch", str(ran))  # fmt: skip
+    assert result.returncode != 0 and "touch was killed by signal 2 before it started" in result.stderr, result.stderr
+    assert not ran.exists()
 
 
 #: nprof with a bug put in: its 300th sample raises, from where every sample's work after the resume runs

@@ -79,6 +79,22 @@ def test_the_command_gets_the_signal_state_a_shell_would_give(tmp_path):
     assert not blocked & (1 << (signal.SIGCHLD - 1))
 
 
+def test_a_command_keeps_the_stop_signals_nprof_was_started_with_ignored(tmp_path):
+    """A script's background job starts with SIGINT ignored (POSIX, without job control): the command nprof
+    starts then keeps it ignored, as it would run alone, though nprof's own handler answers it (and SIGTERM,
+    which nprof was not started with ignored, takes its default action in the command)."""
+    probe = "exec grep -E '^SigIgn' /proc/self/status > \"$0\""
+    got = tmp_path / "got"
+    result = subprocess.run(nprof_command("record", "-o", str(tmp_path / "p.folded"), "--", "sh", "-c", probe,
+                                          str(got)),
+                            capture_output=True, text=True, timeout=120,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ignored = int(got.read_text().split(":")[1], 16)
+    assert ignored & (1 << (signal.SIGINT - 1)), "SIGINT is not ignored in the command"
+    assert not ignored & (1 << (signal.SIGTERM - 1)), "SIGTERM is ignored in the command"
+
+
 @pytest.mark.parametrize(
     "content, mode, phrase",
     [

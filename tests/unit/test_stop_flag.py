@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from profiler.cli.record import StopFlag
+from profiler.cli.record import SetupInterrupted, StopFlag
 
 
 def test_the_first_stops_the_second_is_answered_the_third_abandons(capsys):
@@ -31,3 +31,26 @@ def test_sigterm_then_sigint_count_together(capsys):
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.signal == signal.SIGTERM  # the reason the recording ended
         assert "SIGINT again" in capsys.readouterr().err
+
+
+def test_a_signal_in_the_set_up_is_raised_at_its_next_step():
+    with StopFlag() as stop:
+        stop.raise_if_stopped()  # nothing came: the set-up goes on
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(SetupInterrupted) as raised:
+            stop.raise_if_stopped()
+    assert raised.value.signal == signal.SIGTERM
+    assert str(raised.value) == "interrupted by SIGTERM while starting; nothing was recorded"
+
+
+def test_a_signal_ignored_before_is_answered_and_remembered_as_ignored():
+    """A script's background job starts with SIGINT ignored; ``kill -INT`` still ends its recording."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopFlag() as stop:
+            assert stop.ignored == {signal.SIGINT}
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.signal == signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -61,6 +61,10 @@ class ObjectFile:
         self.path = elf.path
         self.build_id = elf.build_id
         self.root = root
+        #: whether ``root`` was this system's root directory when the file was opened: its path then names
+        #: a file of this system's packages. Known now, for /proc/PID/root of a target that has exited by
+        #: the end of the recording (when ``symbolize/missing.py`` asks) can no longer be looked at.
+        self.in_system_root = same_root_directory(root)
         self._identity = identity
         self._unwind_cache = unwind_cache
         self._key: str | None = None  # "" once known that the file has no cache key
@@ -345,6 +349,17 @@ def _symbols_of(elf: ElfFile) -> SymbolTable | None:
         return load_symbols(elf)
     except (BinaryError, ValueError):
         return None
+
+
+def same_root_directory(root: str) -> bool:
+    """Whether ``root`` (a target's ``/proc/PID/root``, or "/") is nprof's own root directory."""
+    if root == "/":
+        return True
+    try:
+        theirs, ours = os.stat(root), os.stat("/")
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def _root_of(host_path: str, display_path: str | None) -> str:

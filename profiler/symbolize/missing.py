@@ -91,7 +91,7 @@ def _debug_packages(objects: list[ObjectFile]) -> dict[str, str]:
     out: its packages are not this system's."""
     shipped: dict[str, str] = {}
     for obj in objects:
-        if _same_root(obj.root):
+        if obj.in_system_root:
             package = _package_of(obj.path)
             if package is not None:
                 shipped[obj.path] = package
@@ -107,16 +107,6 @@ def _debug_packages(objects: list[ObjectFile]) -> dict[str, str]:
             advice[path] = (f"; its names are in the {package}-dbgsym package of the distribution's debug archive "
                             "(Debian: debian-debug; Ubuntu: ddebs)")  # fmt: skip
     return advice
-
-
-def _same_root(root: str) -> bool:
-    """Whether the target's root directory (``/proc/PID/root``) is nprof's: its paths then name this
-    system's files."""
-    try:
-        theirs, ours = os.stat(root), os.stat("/")
-    except OSError:
-        return False
-    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def _package_of(path: str) -> str | None:

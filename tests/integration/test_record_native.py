@@ -8,7 +8,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+import zlib
 from collections import Counter
 
 import pytest
@@ -17,6 +19,7 @@ from elftools.elf.elffile import ELFFile
 from profiler.binary.elf import ElfFile
 from profiler.model import StopReason
 from profiler.sampling.session import Session
+from profiler.symbolize.missing import _package_of
 from tests.support.profiles import ends_with, read_speedscope, share
 from profiler.target import procfs
 from tests.support.targets import (
@@ -317,6 +320,39 @@ def test_a_profile_mostly_in_a_stripped_library_says_so(loader_and_libs, build_d
                        result.stderr)  # fmt: skip
     assert notice is not None, result.stderr
     assert float(notice.group(1)) >= 50 and notice.group(2) == lib and notice.group(3) == ElfFile(lib).build_id
+
+
+#: a Python program that spends its time in zlib's deflate, in the system's libz (Debian strips it)
+DEFLATE = (
+    "import time, zlib\n"
+    "data = bytes(range(256)) * 4000\n"
+    "end = time.time() + 1.5\n"
+    "while time.time() < end:\n"
+    "    zlib.compress(data, 9)\n"
+)
+
+
+def _system_libz() -> str | None:
+    """The libz this Python's zlib module runs, when a dpkg package shipped it stripped: else None."""
+    if shutil.which("dpkg-query") is None or not getattr(zlib, "__file__", None):
+        return None
+    ldd = subprocess.run(["ldd", zlib.__file__], capture_output=True, text=True).stdout
+    found = re.search(r"libz\.so\.1 => (\S+)", ldd)
+    if found is None or ".symtab" in ElfFile(found.group(1)).sections:
+        return None
+    return found.group(1) if _package_of(found.group(1)) else None
+
+
+@pytest.mark.skipif(_system_libz() is None, reason="no stripped libz of a dpkg package under this Python's zlib")
+def test_the_debug_package_is_named_after_the_target_exited(tmp_path):
+    """The package that names a stripped system library's functions was found only while the target ran:
+    its /proc/PID/root, by which nprof tells the system's files from a container's, is gone once it has
+    exited, and a command recorded to its end got the advice for a file of no package (2 of 2 runs)."""
+    result = run_nprof("record", "-o", str(tmp_path / "z.folded"), "--", sys.executable, "-c", DEFLATE)
+    assert result.returncode == 0, result.stderr
+    notice = re.search(r"nprof: [\d.]+% of the samples went through functions of libz\.so\S* .*", result.stderr)
+    assert notice is not None, result.stderr
+    assert "zlib1g" in notice.group(0) and "a build that keeps" not in notice.group(0), notice.group(0)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("chroot") is None, reason="chroot(2) needs root")

@@ -28,7 +28,7 @@ def session_with(samples: list[tuple[tuple[tuple[int, int], ...], SampleClass, i
 def object_file(symtab: bool) -> SimpleNamespace:
     """What the notice reads of an ObjectFile; a root that is not nprof's keeps dpkg out of it."""
     sections = {".symtab": None} if symtab else {}
-    return SimpleNamespace(path="/usr/lib/libx.so.1", root="/nonexistent", build_id="ab12",
+    return SimpleNamespace(path="/usr/lib/libx.so.1", root="/nonexistent", in_system_root=False, build_id="ab12",
                            elf=SimpleNamespace(sections=sections))  # fmt: skip
 
 

@@ -14,6 +14,12 @@ from profiler.tree.calltree import function_totals
 #: least time between two redraws of the status line
 REDRAW_INTERVAL = 0.25
 
+#: the widest function label the top table prints: C++ template instances ran to 1,151 characters (a PyTorch
+#: kernel's lambda), lines no terminal shows whole; the profile files keep every name whole
+LABEL_WIDTH = 100
+#: a parenthesis that is part of a C++ name, not a parameter list (the demangler's spelling)
+_ANONYMOUS_NAMESPACE = "(anonymous namespace)"
+
 #: the counters that are errors, and what each counts, as the end of a recording lists them
 ERROR_COUNTERS = {
     "stack_read_errors": "stack copies failed",
@@ -91,5 +97,58 @@ def top_table(session: Session, config: ExportConfig, limit: int = 10) -> str:
         return f"No samples to show ({idle_note})."
     lines = [f"Top functions ({samples:,} samples, {idle_note}):", "   self%  total%  function"]
     for t in totals[:limit]:
-        lines.append(f"  {100 * t.self_samples / samples:5.1f}%  {100 * t.total_samples / samples:5.1f}%  {t.label}")
+        lines.append(f"  {100 * t.self_samples / samples:5.1f}%  {100 * t.total_samples / samples:5.1f}%  "
+                     f"{short_label(t.label)}")  # fmt: skip
     return "\n".join(lines)
+
+
+def short_label(label: str, width: int = LABEL_WIDTH) -> str:
+    """``label`` in at most ``width`` characters, for the top table: a C++ name longer than that loses its
+    template arguments (``<…>``), then its parameter lists (``(…)``), then its middle; the module or file
+    in parentheses at its end stays. A Python name (``<module>``, ``f.<locals>.g``) keeps its angle
+    brackets: only a bracket right after a name's character opens template arguments."""
+    if len(label) <= width:
+        return label
+    name, suffix = label, ""
+    cut = label.rfind(" (")
+    if label.endswith(")") and cut > 0 and ")" not in label[cut + 2 : -1]:
+        name, suffix = label[:cut], label[cut:]
+    name = _collapse(name, "<", ">")
+    if len(name) + len(suffix) > width:
+        name = _collapse(name, "(", ")")
+    room = max(1, width - len(suffix))
+    if len(name) > room:
+        name = name[: room - 1] + "…"
+    return name + suffix
+
+
+def _collapse(name: str, opening: str, closing: str) -> str:
+    """``name`` with each outermost group from ``opening`` to its ``closing`` shown as ``opening…closing``.
+    A ``<`` opens a group only after a name's character, and not as ``operator<``; a ``(`` not as
+    ``(anonymous namespace)``."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(name):
+        c = name[i]
+        if depth == 0:
+            if c == opening and _opens(name, i):
+                out.append(opening + "…")
+                depth = 1
+            else:
+                out.append(c)
+        elif c == opening:
+            depth += 1
+        elif c == closing:
+            depth -= 1
+            if depth == 0:
+                out.append(closing)
+        i += 1
+    return "".join(out)
+
+
+def _opens(name: str, i: int) -> bool:
+    if name[i] == "(":
+        return not name.startswith(_ANONYMOUS_NAMESPACE, i)
+    before = name[:i]
+    return bool(before) and (before[-1].isalnum() or before[-1] == "_") and not before.endswith("operator")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from profiler.cli.status import top_table
+import pytest
+
+from profiler.cli.status import short_label, top_table
 from profiler.config import ExportConfig
 from profiler.sampling.session import Session, SessionMeta
 from profiler.tree.calltree import command_line
@@ -24,3 +26,29 @@ def test_a_command_line_is_one_line_cut_only_when_asked():
     argv = ["python3", "-c", "import time\nwhile True:\n    time.sleep(1)"]
     assert command_line(argv) == "python3 -c import time while True: time.sleep(1)"
     assert command_line(argv, 16) == "python3 -c im..."
+
+
+#: a PyTorch kernel's name as the demangler gives it (1,133 characters in a top table before)
+TORCH_KERNEL = (
+    "void at::internal::invoke_parallel<at::parallel_for<at::native::(anonymous namespace)::cpu_max_pool<float, "
+    "false>(at::Tensor const&, c10::ArrayRef<long>)::{lambda(long, long)#1}>(long, long, long, "
+    "at::native::(anonymous namespace)::cpu_max_pool<float, false>(at::Tensor const&, c10::ArrayRef<long>)::"
+    "{lambda(long, long)#1} const&)::{lambda(long, long)#1}>(long, long, long, at::parallel_for<...>(long, long, "
+    "long, at::native::(anonymous namespace)::cpu_max_pool<float, false>(at::Tensor const&)::{lambda(long, long)#1}"
+    " const&)::{lambda(long, long)#1} const&)._omp_fn.0 (libtorch_cpu.so)"
+)
+
+
+@pytest.mark.parametrize(
+    "label, short",
+    [
+        (TORCH_KERNEL, "void at::internal::invoke_parallel<…>(…)._omp_fn.0 (libtorch_cpu.so)"),
+        ("<module> (app.py:1)", "<module> (app.py:1)"),  # short enough: as it is
+        ("outer.<locals>.inner_" + "y" * 90 + " (/src/app.py:12)",
+         "outer.<locals>.inner_" + "y" * 61 + "… (/src/app.py:12)"),  # Python's brackets are not templates
+        ("std::set<int>::operator<(std::set<int> const&) const" + "_" * 55 + " (libx.so)",
+         "std::set<…>::operator<(…) const" + "_" * 55 + " (libx.so)"),
+    ],
+)
+def test_a_long_function_label_is_shortened_for_the_table(label, short):
+    assert short_label(label) == short and len(short) <= 100

@@ -30,6 +30,7 @@ from profiler.binary.cfi import UnwindRule, UnwindTable, load_unwind_table, save
 from profiler.binary.cfi.load import NO_CFI
 from profiler.binary.debugfile import find_debug_file
 from profiler.binary.elf import ElfFile
+from profiler.binary.minidebug import mini_debuginfo
 from profiler.binary.plt import PLT_SECTIONS, PUSH_RIP, PltStubs, load_plt_stubs, plt_section
 from profiler.binary.prologue import FrameState, FunctionLayout
 from profiler.binary.symbols import SymbolTable, load_symbols
@@ -122,6 +123,9 @@ class ObjectFile:
         return self._plt_stubs
 
     def _load_symbols(self) -> SymbolTable | None:
+        """The file's ``.symtab``; else a separate debug file's; else ``.dynsym`` with the MiniDebugInfo's
+        functions (``minidebug.py``: a debug file has every symbol, the MiniDebugInfo only functions); else
+        ``.dynsym``."""
         own = _symbols_of(self.elf)
         if own is not None and own.source == ".symtab":
             return own
@@ -131,6 +135,9 @@ class ObjectFile:
             if full is not None and full.source == ".symtab":
                 full.source = f"{debug.path}:.symtab"
                 return full
+        mini = mini_debuginfo(self.elf)
+        if mini is not None:
+            return _symbols_of(self.elf, mini) or own
         return own
 
     @property
@@ -344,9 +351,9 @@ class ObjectFileCache:
         return sum(obj.save_unwind_table() for obj in self.objects())
 
 
-def _symbols_of(elf: ElfFile) -> SymbolTable | None:
+def _symbols_of(elf: ElfFile, supplement: ElfFile | None = None) -> SymbolTable | None:
     try:
-        return load_symbols(elf)
+        return load_symbols(elf, supplement)
     except (BinaryError, ValueError):
         return None
 

@@ -178,18 +178,39 @@ def _next_boundary(
     return out
 
 
-def load_symbols(elf: ElfFile) -> SymbolTable | None:
-    """``.symtab`` if present (it has the static functions), else ``.dynsym``; None if neither."""
-    for name in (".symtab", ".dynsym"):
-        info = elf.sections.get(name)
-        if info is None or info.sh_type == "SHT_NOBITS":
-            continue
-        data = elf.section_data(name)
-        strtab_name = elf.section_name(info.sh_link)
-        strtab = elf.section_data(strtab_name) if strtab_name else None
-        if data is None or strtab is None:
-            continue
-        count = len(data) // ELF64_SYM.itemsize
-        syms = np.frombuffer(data, dtype=ELF64_SYM, count=count)
-        return SymbolTable(syms.copy(), bytes(strtab), name, elf.section_ends(), elf.executable_sections())
-    return None
+def load_symbols(elf: ElfFile, supplement: ElfFile | None = None) -> SymbolTable | None:
+    """``.symtab`` if present (it has the static functions), else ``.dynsym``; None if neither. A
+    ``supplement`` (the MiniDebugInfo image of a stripped file, ``minidebug.py``) adds its ``.symtab`` to the
+    ``.dynsym``: it holds only the functions ``.dynsym`` lacks."""
+    own = _section_symbols(elf, ".symtab")
+    source = ".symtab"
+    if own is None:
+        own, source = _section_symbols(elf, ".dynsym"), ".dynsym"
+        extra = _section_symbols(supplement, ".symtab") if supplement is not None else None
+        if extra is not None:
+            if own is None:
+                own, source = extra, supplement.path
+            else:
+                syms, strtab = own
+                more, more_strtab = extra
+                more = more.copy()
+                more["st_name"] += len(strtab)  # names of the second table, after the first's in one string table
+                own, source = (np.concatenate([syms, more]), strtab + more_strtab), f".dynsym+{supplement.path}"
+    if own is None:
+        return None
+    syms, strtab = own
+    return SymbolTable(syms.copy(), strtab, source, elf.section_ends(), elf.executable_sections())
+
+
+def _section_symbols(elf: ElfFile, name: str) -> tuple[np.ndarray, bytes] | None:
+    """The symbols of section ``name`` (``.symtab``, ``.dynsym``) and their string table, or None."""
+    info = elf.sections.get(name)
+    if info is None or info.sh_type == "SHT_NOBITS":
+        return None
+    data = elf.section_data(name)
+    strtab_name = elf.section_name(info.sh_link)
+    strtab = elf.section_data(strtab_name) if strtab_name else None
+    if data is None or strtab is None:
+        return None
+    count = len(data) // ELF64_SYM.itemsize
+    return np.frombuffer(data, dtype=ELF64_SYM, count=count), bytes(strtab)

@@ -29,6 +29,7 @@ from collections.abc import Collection, Sequence
 from profiler.errors import PermissionDenied, TargetError, UsageError
 from profiler.target import ptrace as pt
 from profiler.target.permissions import diagnose_attach_failure, has_cap_sys_ptrace
+from profiler.target.process import foreign_architecture
 
 #: the exit status of a child whose exec failed, as a POSIX shell gives a command it cannot run; what it
 #: failed with goes to the parent through the report pipe
@@ -54,6 +55,7 @@ class LaunchedCommand:
             raise RuntimeError("a command is launched from the main thread (its signal handlers are reset)")
         self.command = list(command)
         _refuse_set_id(self.command[0])
+        _refuse_foreign(self.command[0])
         if ignored is None:
             ignored = [sig for sig in _STOP_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
         self.returncode: int | None = None  #: once known: the exit code, or minus the killing signal
@@ -193,6 +195,25 @@ def _refuse_set_id(name: str) -> None:
             f"{name} is a {kind} program: started under ptrace, it would run without its privileges.",
             "Run nprof as root or with CAP_SYS_PTRACE: only such a tracer may trace a program that runs "
             "with another user's privileges.",
+        )
+
+
+def _refuse_foreign(name: str) -> None:
+    """A program of another architecture (a 32-bit i386 build) is refused before it starts: found only at
+    its exec stop, it was resumed there, and ran on unprofiled in the background once nprof had exited with
+    its error. (A script's interpreter is what runs: its ``#!`` line is not followed here; the exec stop
+    still refuses what it runs.)"""
+    path = shutil.which(name) if os.sep not in name else name
+    try:
+        with open(path or "", "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return  # the exec reports what is wrong with it
+    problem = foreign_architecture(header)
+    if problem is not None:
+        raise TargetError(
+            f"{name} is {problem}; nprof profiles x86-64 (64-bit) programs only.",
+            "Rebuild the program for x86-64, or use a profiler for its architecture.",
         )
 
 

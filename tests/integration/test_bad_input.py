@@ -172,6 +172,18 @@ def test_foreign_architecture():
         shutil.rmtree(directory)
 
 
+def test_a_foreign_command_is_refused_before_it_starts(tmp_path):
+    """``record -- PROGRAM`` of a 32-bit program: it was found only in its exec stop, resumed there, and ran
+    on in the background once nprof had exited with its error."""
+    binary = write_i386_binary(str(tmp_path / "pause32"))
+    assert_error(run_nprof("record", "-d", "1", "-o", str(tmp_path / "p.folded"), "--", binary), 3, "32-bit i386",
+                 "x86-64")  # fmt: skip
+    started = subprocess.run(["pgrep", "-f", binary], capture_output=True, text=True).stdout.split()
+    for pid in started:  # (left running before: it pauses for ever)
+        os.kill(int(pid), signal.SIGKILL)
+    assert not started, "the program was started"
+
+
 @pytest.mark.parametrize(
     "output, phrase",
     [

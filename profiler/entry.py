@@ -22,7 +22,10 @@ from types import FrameType
 
 def main() -> int:
     noted: list[int] = []
-    held = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not ignored (nohup), not replaced
+    before = signal.getsignal(signal.SIGINT)
+    # Python's handler, or ignored (a script's background job: ``kill -INT`` still stops nprof, as it stops
+    # a recording); not one an embedding program set
+    held = before is signal.default_int_handler or before == signal.SIG_IGN
 
     def note(signum: int, frame: FrameType | None) -> None:
         noted.append(signum)
@@ -35,7 +38,7 @@ def main() -> int:
             from profiler.cli.main import main as run
         finally:
             if held:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGINT, before)  # ignored again: the command nprof starts inherits that
         if not noted:
             code = run()
     except KeyboardInterrupt:

@@ -172,6 +172,25 @@ def test_foreign_architecture():
         shutil.rmtree(directory)
 
 
+def test_ctrl_c_while_nprof_starts_is_answered_though_nprof_was_started_with_it_ignored(tmp_path):
+    """A script's background job starts with SIGINT ignored, and ``kill -INT $!`` is how the script stops
+    it: while the command line imported (0.5-1.8 s), the signal was lost, and nprof recorded on."""
+    ignored_then_signalled = (
+        "import builtins, os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "real = builtins.__import__\n"
+        "def signalled(name, *args, **kwargs):\n"
+        "    if name == 'profiler.cli.main':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = signalled\n"
+        "from profiler.entry import main\n"
+        "sys.exit(main())\n"
+    )
+    result = run_nprof_with(ignored_then_signalled, tmp_path, "record", "-d", "1", "--", "true")
+    assert result.returncode == 130 and "interrupted while starting" in result.stderr, result.stderr
+
+
 def test_a_foreign_command_is_refused_before_it_starts(tmp_path):
     """``record -- PROGRAM`` of a 32-bit program: it was found only in its exec stop, resumed there, and ran
     on in the background once nprof had exited with its error."""

@@ -9,6 +9,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -145,6 +146,48 @@ def test_nprof_exits_with_the_command_s_status(script, code, tmp_path):
     result = run_nprof("record", "-o", out, "--", "sh", "-c", script)
     assert result.returncode == code, result.stderr
     assert os.path.exists(out), "the profile is written all the same"
+
+
+#: a command that exits 7 on Ctrl-C, after a line once its handler is in place
+EXITS_7_ON_CTRL_C = (
+    "import sys, time\n"
+    "print('ready', flush=True)\n"
+    "try:\n"
+    "    time.sleep(60)\n"
+    "except KeyboardInterrupt:\n"
+    "    sys.exit(7)\n"
+)
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_a_ctrl_c_that_ends_the_command_nprof_waits_for_gives_its_status(tmp_path, group):
+    """A terminal's Ctrl-C reaches nprof and its command together, while nprof waits for the command after
+    the recording: nprof said "runs on" of a command that had exited of it, and exited 130 for it. A
+    SIGINT to nprof alone still leaves the command running, and says so."""
+    nprof = subprocess.Popen(nprof_command("record", "-d", "0.2", "-o", str(tmp_path / "x.folded"), "--",
+                                           sys.executable, "-c", EXITS_7_ON_CTRL_C),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # fmt: skip
+    try:
+        assert nprof.stdout.readline() == "ready\n"
+        lines = []
+        for line in nprof.stderr:
+            lines.append(line)
+            if "waiting for" in line:
+                break
+        if group:
+            os.killpg(nprof.pid, signal.SIGINT)
+            assert nprof.wait(timeout=60) == 7, "".join(lines) + nprof.stderr.read()
+            assert "runs on" not in nprof.stderr.read()
+        else:
+            nprof.send_signal(signal.SIGINT)
+            assert nprof.wait(timeout=60) == 130
+            os.killpg(nprof.pid, signal.SIGKILL)  # the command, which ran on: it holds nprof's stderr open
+            assert "runs on" in nprof.stderr.read()
+    finally:
+        if nprof.poll() is None:
+            os.killpg(nprof.pid, signal.SIGKILL)
+            nprof.wait()
 
 
 def test_a_command_that_outlives_the_recording_is_waited_for_and_its_status_given(tmp_path):

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+from types import SimpleNamespace
 
 import pytest
 
-from profiler.cli.record import SetupInterrupted, StopFlag
+from profiler.cli.record import SetupInterrupted, StopFlag, _why_it_ended
+from profiler.sampling.sampler import EndReason
 
 
 def test_the_first_stops_the_second_is_answered_the_third_abandons(capsys):
@@ -54,3 +56,19 @@ def test_a_signal_ignored_before_is_answered_and_remembered_as_ignored():
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize(
+    "end, why",
+    [
+        (EndReason.EXITED, "target exited (status 0)"),  # the signal came later: while names were resolved
+        (EndReason.DURATION, "recorded 2s"),
+        (EndReason.STOPPED, "stopped by SIGINT"),
+    ],
+)
+def test_the_summary_says_what_ended_the_sampling_not_a_later_signal(end, why):
+    stop = StopFlag()
+    stop.signal = signal.SIGINT
+    meta = SimpleNamespace(pid=7, exit_status={7: 0})
+    sampler = SimpleNamespace(end_reason=end, session=SimpleNamespace(meta=meta))
+    assert _why_it_ended(sampler, stop, SimpleNamespace(duration=2.0)) == why

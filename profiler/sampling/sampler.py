@@ -302,6 +302,10 @@ class Sampler:
         with only the unwinding moved here, 8.7 ms with the agent's copy too (docs/benchmarks.md)."""
         native = self.config.native
         for capture in self.tracer.capture(threads, copy_stack=native, agent_capture=self.agent_capture):
+            # settled (and dropped) as a tick settles its copies: the agent learns there what it could not
+            # read in the stop, a thread's id in the target's own pid namespace (CPython 3.11+ in a
+            # container: without it, every thread of a dump had no Python frames and no GIL holder)
+            self.agent_calls.settle(capture)
             if native:
                 self.stacks.learn(self.targets[capture.thread.pid], capture)
 

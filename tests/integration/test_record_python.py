@@ -127,6 +127,27 @@ def test_a_python_in_its_own_pid_namespace_has_its_python_frames(interp, tmp_pat
     assert total > 0 and exact / total >= 0.95, f"{exact}/{total} samples show exactly {chain}"
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="unshare -p needs root")
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.12", "3.13")])
+def test_a_dump_of_a_python_in_its_own_pid_namespace_has_its_python_frames(interp):
+    """The same for ``nprof dump``: the thread's id in its namespace is read after the stop that first met
+    the thread, and a dump's one held stop came before any such read: every thread of a 3.11+ Python in
+    ``unshare -p`` was dumped without Python frames, and without the GIL holder."""
+    path = script("chain.py")
+    with running_target(["unshare", "-p", "-f", "--mount-proc", interp.path, path], ready_at=6) as launcher:
+        with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as f:
+            [python] = [int(pid) for pid in f.read().split()]
+        try:
+            result = run_nprof("dump", "--pid", str(python), "--json")
+        finally:
+            os.kill(python, signal.SIGKILL)  # the namespace's init: killing unshare does not end it
+    assert result.returncode == 0, result.stderr
+    [thread] = json.loads(result.stdout)["threads"]
+    names = [f["name"] for f in thread["frames"] if f["kind"] == "python"]
+    assert names[:4] == ["inner", "middle", "outer", "main"], names
+    assert thread["holds_gil"] is True
+
+
 def _shared_libpython(interp: Interpreter) -> str | None:
     """The libpython an interpreter runs from, if it was built with --enable-shared; None if not."""
     query = "import sysconfig as c; print(c.get_config_var('Py_ENABLE_SHARED'), c.get_config_var('LIBDIR'), "

@@ -32,7 +32,7 @@ from profiler.symbolize.dwarf_sections import DebugSections
 from profiler.symbolize.dwarf_units import read_unit_header
 from profiler.symbolize.line_header import LineHeader
 from profiler.symbolize.line_table import LineTable
-from profiler.symbolize.symbolizer import _dwarf_frames
+from profiler.symbolize.symbolizer import _DwarfFrames
 from tests.unit.test_symbolize_dwarf import C_SOURCE, build, instructions
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed")
@@ -242,10 +242,12 @@ def test_a_file_whose_dwarf_is_damaged_is_named_in_a_notice(tmp_path, program):
     path.write_bytes(bytes(damaged))
     obj = ObjectFileCache(TableCache("cfi", enabled=False)).open(str(path), str(path))
     notices: list[str] = []
-    _dwarf_frames(obj, addresses, float("inf"), notices)
+    dwarf = _DwarfFrames(float("inf"), notices)
+    dwarf.frames(obj, addresses)
+    dwarf.frames(obj, addresses)  # the file of a second module (another process): told of once
     assert len(notices) == 1 and notices[0].startswith(f"{path}: ") and "could not be read" in notices[0]
     healthy_notices: list[str] = []
     (tmp_path / "healthy").write_bytes(data)
-    _dwarf_frames(ObjectFileCache(TableCache("cfi", enabled=False)).open(str(tmp_path / "healthy")), addresses,
-                  float("inf"), healthy_notices)  # fmt: skip
+    healthy = ObjectFileCache(TableCache("cfi", enabled=False)).open(str(tmp_path / "healthy"))
+    _DwarfFrames(float("inf"), healthy_notices).frames(healthy, addresses)
     assert healthy_notices == []

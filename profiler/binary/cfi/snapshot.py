@@ -83,7 +83,7 @@ def _restore(sources: list[CfiSource], arrays: Arrays) -> UnwindTable:
         slot = arrays[f"src{s}_slots"].astype(np.int64)
         _check_slots(slot, len(index), len(rows))
         restored.append(CfiSource(source.section, index, source.origin))
-        slots.append([tuple(x) for x in slot.tolist()])
+        slots.append(slot)
     columns = RowColumns.restored(rows, expressions, extras)
     return UnwindTable(restored, columns, slots)
 

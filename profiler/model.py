@@ -95,7 +95,19 @@ class FrameKind(enum.IntEnum):
 
     NATIVE = 0  #: (module id, rel address)
     RUNTIME = 1  #: a managed frame from an agent: (agent id, code key, instruction offset)
-    SYNTHETIC = 2  #: a label made by nprof itself, e.g. "[truncated]" or a thread root
+    SYNTHETIC = 2  #: a label made by nprof itself: (0, a ``SyntheticFrame``), named by ``SYNTHETIC_LABELS``
+
+
+class SyntheticFrame(enum.IntEnum):
+    """What a SYNTHETIC frame stands for (its address field)."""
+
+    #: ``--no-native``: a thread sampled while it ran no managed code (an OpenMP worker of PyTorch, a C
+    #: library's own thread). Its stack was empty, and its samples were left out of every output while
+    #: the summary counted them (426 samples of 3 threads, 209 shown: a sweep).
+    NATIVE_ONLY = 1
+
+
+SYNTHETIC_LABELS = {SyntheticFrame.NATIVE_ONLY: "[native code, no Python frame: --native shows it]"}
 
 
 class NativeFrame(NamedTuple):

@@ -9,7 +9,15 @@ the frames: merge, anchor and lock-wait checks, building frame keys and internin
 from __future__ import annotations
 
 from profiler.config import SamplerConfig
-from profiler.model import FrameKind, NativeFrame, RuntimeFrame, SampleClass, StopReason, UnwoundStack
+from profiler.model import (
+    FrameKind,
+    NativeFrame,
+    RuntimeFrame,
+    SampleClass,
+    StopReason,
+    SyntheticFrame,
+    UnwoundStack,
+)
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
@@ -128,6 +136,8 @@ class StackRecorder:
         self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
     ) -> tuple[FrameKeys, MergeOutcome]:
         ai = target.agent_index
+        if not runtime and not self.native:
+            return ((FrameKind.SYNTHETIC, 0, SyntheticFrame.NATIVE_ONLY, 0),), MergeOutcome.NO_RUNTIME
         if not runtime:
             return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native), MergeOutcome.NO_RUNTIME
         if not self.native:  # --no-native: the runtime's frames alone, nothing to merge with

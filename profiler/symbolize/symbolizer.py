@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from profiler.binary.objfile import ObjectFile
 from profiler.errors import BinaryError
-from profiler.model import FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
+from profiler.model import SYNTHETIC_LABELS, FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
 from profiler.runtime import AgentSession
 from profiler.sampling.session import Session
 from profiler.symbolize.demangle import demangle
@@ -77,7 +77,7 @@ def symbolize(
         elif kind == FrameKind.RUNTIME:
             out[fid] = _runtime_info(session, agents or {}, int(modules[fid]), int(addresses[fid]), int(offsets[fid]))
         else:
-            out[fid] = FrameInfo(f"[{int(addresses[fid])}]")
+            out[fid] = FrameInfo(SYNTHETIC_LABELS.get(int(addresses[fid]), f"[{int(addresses[fid])}]"))
     deadline = time.monotonic() + dwarf_budget
     notices: list[str] = []
     unnamed: dict[int, int] = {}

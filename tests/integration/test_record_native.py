@@ -87,6 +87,23 @@ def test_a_program_under_a_path_not_in_utf8(tmp_path):
     assert rendered.returncode == 0, rendered.stderr
 
 
+def test_no_native_shows_what_ran_no_python_as_such(chain_fp, tmp_path):
+    """``--no-native`` keeps the managed frames only: a thread running no Python had an empty stack, and its
+    samples were left out of every output while the summary counted them (an OpenMP worker of PyTorch:
+    426 samples said, 209 shown). They show as one labelled frame now, here for a whole C program."""
+    out = str(tmp_path / "c.folded")
+    with running_target([chain_fp, str(DEPTH)]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "--no-native", "-o", out)
+        assert result.returncode == 0, result.stderr
+    counts = Counter()
+    with open(out) as f:
+        for line in f:
+            stack, _, n = line.rpartition(" ")
+            counts[stack] += int(n)
+    total = Session.load(str(tmp_path / "c.nprof")).total_samples
+    assert dict(counts) == {"[native code, no Python frame: --native shows it]": total}, counts
+
+
 def test_a_stripped_program_s_functions_are_one_frame_each(chain_fp, tmp_path):
     """With no symbols left, a function is named by its start, as its FDE delimits it: one frame per
     function, as a symbol would give (each address sampled was a frame and a top-table line of its own).

@@ -112,7 +112,8 @@ class CPythonSession:
         self.interpreter = interpreter
         self.layout = interpreter.layout
         self.stats = SessionStats()
-        self._reader = ScatterReader(process.pid)
+        self._reader = ScatterReader(process.memory_pid)
+        process.memory_pid_changed.append(self._read_through)
         self.codes = CodeCache(
             process.read, self.layout.code, self.layout.objects, interpreter.types, read_ranges=self._read_ranges
         )
@@ -139,6 +140,11 @@ class CPythonSession:
         self.refresh(force=True)
 
     # --- between ticks ----------------------------------------------------------------------------------
+
+    def _read_through(self, pid: int) -> None:
+        """The process's memory is read through ``pid`` now (``TargetProcess.memory_pid``: its main thread
+        has exited)."""
+        self._reader.pid = pid
 
     def refresh(self, force: bool = False) -> None:
         """Re-walk the thread lists if needed, and rebuild dirty read plans."""

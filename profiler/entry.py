@@ -44,7 +44,7 @@ def main() -> int:
     except KeyboardInterrupt:
         noted.append(signal.SIGINT)
     if noted:
-        print("nprof: interrupted while starting; nothing was recorded", file=sys.stderr)
+        print("nprof: interrupted by SIGINT while starting; nothing was recorded", file=sys.stderr)
     _ignore_stop_signals()
     return code
 

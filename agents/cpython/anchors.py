@@ -48,6 +48,18 @@ _KINDS = {name: (name in EVAL_FUNCTIONS, name in GIL_WAIT_FUNCTIONS, name in CAL
 _OTHER = (False, False, False)
 
 
+#: functions at the base of a coroutine's own C stack, where a switch into it first ran it: greenlet's
+#: ``g_initialstub`` (greenlet 1-2, C; ``greenlet::UserGreenlet::g_initialstub`` in 3, mangled
+#: ``_ZN8greenlet12UserGreenlet13g_initialstubEPv``, exported). gevent and eventlet run on greenlet. The eval
+#: loops outward of it run the greenlet that switched, whose frames are not in the running one's chain.
+COROUTINE_STACK_BASES = ("g_initialstub",)
+
+
+def is_coroutine_base(name: str) -> bool:
+    """A (mangled or plain) function name of ``COROUTINE_STACK_BASES``."""
+    return any(base in name for base in COROUTINE_STACK_BASES)
+
+
 def is_call_glue(name: str) -> bool:
     """A call-path function by name (an inlined copy, named by DWARF, or a split part such as ``.cold``)."""
     base = name.partition(".")[0]

@@ -27,7 +27,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from agents.cpython.anchors import InterpreterFunctions, is_call_glue
+from agents.cpython.anchors import InterpreterFunctions, is_call_glue, is_coroutine_base
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
 from agents.cpython.code_ahead import CodeAhead
@@ -584,6 +584,10 @@ class CPythonSession:
         """The same call glue by name, for its copies inlined into other functions (``--hide-interpreter``):
         ``PyObject_Vectorcall`` inlined into ``builtin_sorted``, ``_PyObject_VectorcallTstate`` into most."""
         return is_call_glue(name)
+
+    def is_coroutine_base(self, name: str) -> bool:
+        """A function at the base of a coroutine's own C stack: greenlet's ``g_initialstub`` (``anchors.py``)."""
+        return is_coroutine_base(name)
 
     def is_gil_wait(self, frame: NativeFrame) -> bool:
         """``take_gil``: a thread with this frame on its native stack is waiting for the GIL."""

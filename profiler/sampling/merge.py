@@ -12,6 +12,11 @@ When the counts disagree (``../shared/reference/cpython-internals.md`` sections 
   its last). The surplus is the innermost anchor; pair the rest from the outside.
 * fewer anchors than groups, and the native walk ended early (window exhausted, no unwind info...): pair
   from the inside, and put the outer groups below the truncated native stack, where they belong.
+* more anchors than groups, and a coroutine's stack base (greenlet's ``g_initialstub``: ``is_base``) lies
+  between the anchor of the outermost group and the next: the groups are the running coroutine's, run by
+  the anchors inward of its base, and the anchors outward of it run another coroutine's frames, which the
+  thread's chain does not hold. Pair from the inside. (Paired from the outside, a greenlet's frames sat on
+  the main greenlet's eval loop, with greenlet's switch above them, in every sample.)
 * more anchors than groups, the outermost group standing for frames not read (``RuntimeFrame.rest``: a
   subinterpreter's code run from an older interpreter's, whose frames run in the outer activations): pair
   from the inside; the outer anchors left keep no group.
@@ -22,7 +27,7 @@ When the counts disagree (``../shared/reference/cpython-internals.md`` sections 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from profiler.model import NativeFrame, RuntimeFrame
 
@@ -36,6 +41,7 @@ class MergeOutcome(enum.IntEnum):
     TRUNCATED_NATIVE = 3  #: native walk ended early; outer groups placed below it
     MISMATCH = 4  #: counts disagree; runtime frames put on top of the native stack
     REST = 5  #: the outermost group stands for frames not read, of the outer anchors left: paired from inside
+    OTHER_STACK = 6  #: the anchors outward of a coroutine's stack base run another coroutine: paired from inside
 
 
 def group_runtime(runtime: Sequence[RuntimeFrame]) -> list[list[RuntimeFrame]]:
@@ -59,8 +65,11 @@ def merge(
     anchors: Sequence[bool],
     runtime: Sequence[RuntimeFrame],
     native_complete: bool,
+    is_base: Callable[[int], bool] | None = None,
 ) -> tuple[list[Frame], MergeOutcome]:
-    """Interleave; ``anchors[i]`` says whether ``native[i]`` is an eval-loop anchor. Innermost first."""
+    """Interleave; ``anchors[i]`` says whether ``native[i]`` is an eval-loop anchor. Innermost first.
+    ``is_base(i)``: whether ``native[i]`` is a coroutine's stack base (asked only of the frames between two
+    anchors, when there are more anchors than groups)."""
     groups = group_runtime(runtime)
     if not groups:  # none, or only shims: a 3.12+ thread caught between an eval loop's entry and its frame
         return list(native), MergeOutcome.NO_RUNTIME
@@ -70,6 +79,9 @@ def merge(
         return _interleave(native, dict(zip(anchor_at, groups)), []), MergeOutcome.EXACT
     if n_anchor > n_group and groups[-1][-1].rest:
         return _interleave(native, dict(zip(anchor_at, groups)), []), MergeOutcome.REST
+    if n_anchor > n_group and is_base is not None:
+        if any(is_base(i) for i in range(anchor_at[n_group - 1] + 1, anchor_at[n_group])):
+            return _interleave(native, dict(zip(anchor_at, groups)), []), MergeOutcome.OTHER_STACK
     if n_anchor == n_group + 1:
         return _interleave(native, dict(zip(anchor_at[1:], groups)), []), MergeOutcome.SURPLUS_ANCHOR
     if n_anchor < n_group and not native_complete:

@@ -120,7 +120,7 @@ class StackRecorder:
         the name of the merge counter it adds to, if its merge was not exact."""
         keys, outcome = self._keys(target, native, runtime, stop)
         in_gil_wait = bool(runtime) and any(target.flags(f)[1] for f in native)
-        exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME, MergeOutcome.REST)
+        exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME, MergeOutcome.REST, MergeOutcome.OTHER_STACK)
         return self.session.intern_stack(keys), in_gil_wait, None if exact else f"merge_{outcome.name.lower()}"
 
     def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
@@ -144,7 +144,8 @@ class StackRecorder:
             keys = tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)
             return keys, MergeOutcome.NO_RUNTIME
         anchors = [target.flags(f)[0] for f in native]
-        frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK)
+        frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK,
+                                lambda i: target.is_coroutine_base(native[i]))  # fmt: skip
         keys = tuple(
             (FrameKind.NATIVE, f.module, f.rel, 0)
             if isinstance(f, NativeFrame)

@@ -84,6 +84,7 @@ class Target:
         #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
         self.stack_memo: FrameMemo[tuple[int, bool, str | None]] = FrameMemo(MAX_MEMO_FRAMES)
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
+        self._bases: dict[tuple[int, int], bool] = {}
 
     def detect(
         self, agents: Sequence[Agent], register: Callable[[AgentSession, int], int], fresh: bool = False
@@ -129,6 +130,20 @@ class Target:
         what = "profiling native frames" if native else (
             "--no-native records no frames of it: leave --no-native out to profile its native frames")
         return f"pid {p.pid} ({p.comm}): {'; '.join(self.detect_reasons)}; {what}"
+
+    def is_coroutine_base(self, frame: NativeFrame) -> bool:
+        """Whether a native frame is a coroutine's stack base (the agent's ``is_coroutine_base``, by the name
+        of its function), asked once per distinct frame; only of frames between two eval loops of a stack
+        with more of them than its runtime frames fill (``merge.py``)."""
+        key = (frame.module, frame.rel)
+        hit = self._bases.get(key)
+        if hit is None:
+            test = getattr(self.agent, "is_coroutine_base", None)
+            obj = self.space.objects.get(frame.module) if test is not None else None
+            symbols = obj.symbols if obj is not None else None
+            found = symbols.lookup(frame.rel) if symbols is not None else None
+            hit = self._bases[key] = found is not None and test is not None and test(found[0])
+        return hit
 
     def flags(self, frame: NativeFrame) -> tuple[bool, bool]:
         """(is an eval-loop anchor, is in the runtime's lock wait) for a native frame, asked of the agent

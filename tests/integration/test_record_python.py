@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -104,6 +105,29 @@ def test_perf_trampolines_are_unwound_through(interp, tmp_path):
         profile.detailed, lambda s: python_part(s, path) == chain and s[0][0] == "_start" and eval_loop_runs(s, path)
     )
     assert total > 0 and whole / total >= 0.95, f"{whole}/{total} samples from _start, with {chain} interleaved"
+
+
+def test_a_greenlet_s_frames_sit_on_its_own_eval_loops(tmp_path):
+    """greenlet (gevent, eventlet) runs each greenlet on its own part of the C stack, above
+    ``g_initialstub``; the eval loops below it run the greenlet that switched, whose Python frames are not
+    in the running one's chain. Its frames were paired with the outermost loops: ``producer`` and ``fib``
+    sat under ``consumer_loop``'s loop, greenlet's switch above them, in every sample (3.8: all on top of
+    the native stack, as a mismatch). Run with nprof's own Python, where the test extras put greenlet."""
+    pytest.importorskip("greenlet")
+    path = script("greenlets.py")
+    out = str(tmp_path / "greenlets.speedscope.json")
+    with running_target([sys.executable, path], ready_at=2) as target:
+        record(target.pid, out)
+    [profile] = read_speedscope(out)
+
+    def on_its_own_loops(stack: tuple) -> bool:
+        names = [name for name, _file, _line in stack]
+        base = next((i for i, name in enumerate(names) if "g_initialstub" in name), None)
+        return base is not None and base < names.index("producer") and "consumer_loop" not in names[base:]
+
+    in_fib = {s: w for s, w in profile.detailed.items() if any(name == "fib" for name, _f, _l in s)}
+    right, total = share(in_fib, on_its_own_loops)
+    assert total > 0 and right / total >= 0.95, f"{right}/{total} samples in fib above g_initialstub"
 
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])

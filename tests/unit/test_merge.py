@@ -97,3 +97,31 @@ def test_a_group_standing_for_frames_not_read_takes_the_outer_anchors_left():
     frames, outcome = merge(native, anchors_of(native), runtime, True)
     assert outcome is MergeOutcome.EXACT
     assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("c", 2), ("py", 99), ("c", EVAL), ("c", 3)]
+
+
+BASE = 50  # a coroutine's stack base (greenlet's g_initialstub) in these fixtures
+
+
+def test_a_greenlet_s_frames_run_on_the_eval_loops_inward_of_its_stack_base():
+    """A running greenlet's chain holds its own frames only; the eval loops outward of its stack base run
+    the greenlet that switched to it. Paired from the outside, its frames sat on the outer loop."""
+    # innermost first: eval(greenlet's producer), bootstrap, g_initialstub, switch glue, eval(main's loop), main
+    native = [n(EVAL), n(2), n(BASE), n(3), n(EVAL), n(4)]
+    frames, outcome = merge(native, anchors_of(native), [py(7)], True, lambda i: native[i].rel == BASE)
+    assert outcome is MergeOutcome.OTHER_STACK
+    assert names(frames) == [("py", 7), ("c", EVAL), ("c", 2), ("c", BASE), ("c", 3), ("c", EVAL), ("c", 4)]
+
+
+def test_up_to_3_10_every_frame_of_a_greenlet_takes_its_own_eval_loop():
+    """One eval loop per frame: two greenlet frames, two loops inward of the base, two outward (3.8 put
+    every Python frame on top of the native stack: a mismatch)."""
+    native = [n(EVAL), n(1), n(EVAL), n(2), n(BASE), n(3), n(EVAL), n(EVAL), n(4)]
+    frames, outcome = merge(native, anchors_of(native), [py(7), py(8)], True, lambda i: native[i].rel == BASE)
+    assert outcome is MergeOutcome.OTHER_STACK
+    assert names(frames)[:5] == [("py", 7), ("c", EVAL), ("c", 1), ("py", 8), ("c", EVAL)]
+
+
+def test_without_a_stack_base_the_surplus_anchor_is_still_the_innermost():
+    native = [n(EVAL), n(2), n(EVAL), n(3)]
+    frames, outcome = merge(native, anchors_of(native), [py(7)], True, lambda i: False)
+    assert outcome is MergeOutcome.SURPLUS_ANCHOR

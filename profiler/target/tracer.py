@@ -48,6 +48,11 @@ from profiler.target.threads import ThreadTable
 #: gcc's CFI still says rbp is saved at CFA-16, now rsp-8, and without it 8-12% of the samples of a small
 #: frame-pointer function ending in a call were cut short at it (BAD_FRAME)
 RED_ZONE = 128
+
+#: the most of a new slot paged in ahead: record's first window (``SamplerConfig.stack_bytes``, 64 KiB), so that
+#: no stop waits for those pages. ``nprof dump``'s 1 MiB windows were paged in whole, one slot per thread it
+#: holds: 484 MB of memory for 400 threads (a sweep); past this, a copy pages in what it writes.
+PAGED_IN_AT_MOST = 64 << 10
 #: ``Tracer._held``'s way to resume a group-stopped thread: PTRACE_LISTEN (any other value is the signal that
 #: PTRACE_CONT delivers, 0 for none)
 LISTEN = -1
@@ -203,8 +208,9 @@ class Tracer:
             self.stats.process_held_ns = time.perf_counter_ns() - start
 
     def _new_slot(self) -> Slot:
-        """A slot for any thread's window: reserved for the largest, paged in for the first."""
-        return Slot(self.max_stack_bytes + RED_ZONE, touched=self.stack_bytes + RED_ZONE)
+        """A slot for any thread's window: reserved for the largest, paged in for the first (at most
+        ``PAGED_IN_AT_MOST``)."""
+        return Slot(self.max_stack_bytes + RED_ZONE, touched=min(self.stack_bytes, PAGED_IN_AT_MOST) + RED_ZONE)
 
     def _interrupt(self, threads: Iterable[ThreadRecord]) -> dict[int, ThreadRecord]:
         pending: dict[int, ThreadRecord] = {}

@@ -123,6 +123,10 @@ def snapshot(
         for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
             if c.thread.group_stopped:
                 states[c.thread.tid] = "T"
+            elif states.get(c.thread.tid) == "t":
+                # else a tracing stop is nprof's own: a signal it had yet to pass on stopped the thread as it
+                # ran (5 of 12 dumps of a program taking SIGPROF showed "[tracing stop]", a sweep)
+                states[c.thread.tid] = "R"
         for c in captures:
             sampler.record(c)
         sampler.close()

@@ -524,6 +524,20 @@ def test_dump_lists_a_thread_that_woke_too_late_to_be_dumped(tmp_path):
     assert threads[target.pid]["unstopped"].startswith("did not stop in time: disk sleep")
 
 
+def test_dump_shows_a_thread_stopped_for_a_signal_as_running(signals_fp):
+    """A busy thread taking a SIGALRM every millisecond was often, at the dump's look at its state, in a
+    signal-delivery stop: nprof's own tracing stop, shown as the thread's state ("[tracing stop]" in 10 of
+    10 dumps of such a program)."""
+    with running_target([signals_fp]) as target:
+        states = []
+        for _ in range(4):
+            result = run_nprof("dump", "--pid", str(target.pid), "--json")
+            assert result.returncode == 0, result.stderr
+            states += [t["state"] for t in json.loads(result.stdout)["threads"]]
+        assert_running_free(target.pid)
+    assert set(states) == {"running"}, states
+
+
 def test_dump_says_where_and_why_a_stack_was_cut(chain_fp):
     """A dump cut short by its stack window says so, with the option that copies more; its default window
     (1 MiB, 16 times record's: a dump stops each thread once) holds the chain's recursion whole. A 64 KiB

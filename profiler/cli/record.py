@@ -310,7 +310,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         finally:
             status.clear()
             sampler.close()
-        for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
+        for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions, export):
             print(f"nprof: {message}", file=sys.stderr)
         why = _why_it_ended(sampler, stop, config) if failure is None else "stopped by an internal error"
         written = _write_outputs(session, output, session_path, exporter, export)

@@ -18,8 +18,9 @@ from collections import Counter
 from collections.abc import Mapping
 
 from profiler.binary.objfile import ObjectFile
-from profiler.model import IDLE_CLASSES
+from profiler.config import ExportConfig
 from profiler.sampling.session import Session
+from profiler.tree.calltree import included
 
 #: a module is named when at least this share of the samples (idle ones left out, as in the top table), and
 #: this many, ran in its functions without a name: as for the notices of sampling/notices.py, below 1% no
@@ -37,18 +38,20 @@ PACKAGE_QUERY_TIMEOUT = 10.0
 
 
 def missing_symbol_notices(
-    session: Session, unnamed: Mapping[int, int], objects: Mapping[int, ObjectFile]
+    session: Session, unnamed: Mapping[int, int], objects: Mapping[int, ObjectFile], shown: ExportConfig | None = None
 ) -> list[str]:
     """One line per module whose unnamed functions (``unnamed``: frame id -> module id) were on the stack of
-    enough samples, most first."""
+    enough samples, most first: of the samples the outputs show (``shown``; by default, idle ones left
+    out). With --gil, the share of every sample said 54% of a profile ran in libcrypto, which the profile
+    itself did not hold (hashlib releases the GIL; a sweep)."""
     if not unnamed:
         return []
-    idle = {int(c) for c in IDLE_CLASSES}
+    shown = shown or ExportConfig()
     modules_of: dict[int, frozenset[int]] = {}  # stack id -> modules with an unnamed frame on it
     hits: Counter[int] = Counter()
     total = 0
     for (_thread, sid, _stop, cls), n in session.samples.items():
-        if cls in idle:
+        if not included(cls, shown):
             continue
         total += n
         found = modules_of.get(sid)

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from profiler.binary.objfile import ObjectFile
 from profiler.errors import BinaryError
+from profiler.config import ExportConfig
 from profiler.model import SYNTHETIC_LABELS, FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
 from profiler.runtime import AgentSession
 from profiler.sampling.session import Session
@@ -223,15 +224,18 @@ def _mark_interpreter_frames(
 
 
 def resolve(
-    session: Session, objects: Mapping[int, ObjectFile], agents: Mapping[str, AgentSession] | None = None
+    session: Session,
+    objects: Mapping[int, ObjectFile],
+    agents: Mapping[str, AgentSession] | None = None,
+    shown: ExportConfig | None = None,
 ) -> list[str]:
     """Symbolize in place, so exporters and the session file see names. Returns what the user must be told
     (files whose DWARF could not be read whole; modules whose functions without a name much of the profile
-    ran in, and what names them), also kept in the session's notices."""
+    ran in, of the samples ``shown``, and what names them), also kept in the session's notices."""
     result = symbolize(session, objects, agents)
     session.frame_info = result.frames
     session.inlined = result.inlined
-    missing = missing_symbol_notices(session, result.unnamed, objects)
+    missing = missing_symbol_notices(session, result.unnamed, objects, shown)
     notices = [printable(n) for n in result.notices + missing]  # they name files, by paths from the maps
     session.meta.notices.extend(notices)
     return notices

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from profiler.config import ExportConfig
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.missing import _package_of, missing_symbol_notices
@@ -65,3 +66,14 @@ def test_the_package_of_a_file_is_found_by_its_path_before_the_usr_merge():
     """dpkg's database lists libc as /lib/x86_64-linux-gnu/libc.so.6; the maps give /usr/lib/..."""
     assert _package_of("/usr/lib/x86_64-linux-gnu/libc.so.6") == "libc6"
     assert _package_of("/nonexistent/libnothing.so") is None
+
+
+def test_with_gil_the_share_counts_only_the_samples_shown():
+    """--gil shows the GIL holder's samples only: a stripped library run without the GIL (hashlib's
+    libcrypto) is in none of them, and is not named."""
+    in_lib = ((LIB, 0x10), (APP, 0x20))
+    session, unnamed = session_with([(in_lib, SampleClass.RUNNING, 50), (((APP, 0x30),), SampleClass.GIL_HELD, 50)])
+    objects = {LIB: object_file(symtab=False)}
+    assert missing_symbol_notices(session, unnamed, objects, ExportConfig(gil_only=True)) == []
+    [notice] = missing_symbol_notices(session, unnamed, objects)
+    assert notice.startswith("50.0% of the samples")

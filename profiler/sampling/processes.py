@@ -23,7 +23,7 @@ from profiler.sampling.children import ChildWatcher
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess, shares_memory
-from profiler.target.procfs import children_of, process_alive, thread_start_time
+from profiler.target.procfs import children_of, exe_path, process_alive, thread_start_time
 from profiler.target.tracer import Tracer
 from profiler.unwind.address_space import AddressSpace, ModuleRegistry
 
@@ -98,7 +98,15 @@ class SampledProcesses:
         for pid in list(self.tracer.exec_stopped):
             try:
                 target = self.targets.get(pid)
-                if target is not None:
+                problem = target.process.foreign_architecture() if target is not None else None
+                if target is not None and problem is not None:
+                    # unwound with x86-64 rules its stacks were wrong, with nothing said (a sweep: a shell
+                    # that exec'd a 32-bit program); it runs on unprofiled
+                    self.notice(f"pid {pid} ({target.process.comm}) exec'd {exe_path(pid) or '?'}, {problem}: "
+                                "nprof profiles x86-64 programs only; it runs on unprofiled from here")  # fmt: skip
+                    self.tracer.release_exec(pid)
+                    del self.targets[pid]
+                elif target is not None:
                     self._remap(target)
                     self.children.remember(pid)  # the scan must not take this exec for another
                     self._note_agents()

@@ -125,19 +125,21 @@ class TargetProcess:
                 f"nprof runs on x86-64 only; this machine is {host}.",
                 "Other architectures need their own register and unwind rules, which nprof does not have yet.",
             )
-        try:
-            with open(f"/proc/{self.pid}/exe", "rb") as f:
-                header = f.read(20)
-        except PermissionError:
-            return  # the attach itself will report the permission problem with a diagnosis
-        except OSError:
-            return
-        problem = foreign_architecture(header)
+        problem = self.foreign_architecture()
         if problem is not None:
             raise TargetError(
                 f"Process {self.pid} runs {problem}; nprof profiles x86-64 (64-bit) programs only.",
                 "Rebuild the program for x86-64, or use a profiler for its architecture.",
             )
+
+    def foreign_architecture(self) -> str | None:
+        """What the program the process runs is, if not x86-64 (``foreign_architecture``); None also when its
+        executable cannot be read (the attach reports a permission problem with a diagnosis)."""
+        try:
+            with open(f"/proc/{self.pid}/exe", "rb") as f:
+                return foreign_architecture(f.read(20))
+        except OSError:
+            return None
 
     # --- views ------------------------------------------------------------------------------------------
 

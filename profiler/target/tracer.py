@@ -140,6 +140,18 @@ class Tracer:
             self.exec_stopped.remove(pid)
             pt.cont(pid)
 
+    def release_exec(self, pid: int) -> None:
+        """Let go of a process held in its exec stop that nprof cannot sample (a program of another
+        architecture): detached from that stop, with the one thread an exec leaves, it runs its new program
+        untraced."""
+        if pid in self.exec_stopped:
+            self.exec_stopped.remove(pid)
+        for record in [r for r in self.seized.records.values() if r.pid == pid]:
+            pt.detach(record.tid, 0)
+            self._drop(record, exited=False)
+        self.seized.processes.pop(pid, None)
+        self.seized.live_pids.pop(pid, None)
+
     def _exited(self, tid: int, status: int) -> None:
         """A tracee's exit (or death) status: the end of its process if it is a leader, and of the thread."""
         if tid in self.seized.processes:

@@ -204,6 +204,33 @@ def test_a_foreign_command_is_refused_before_it_starts(tmp_path):
     assert not started, "the program was started"
 
 
+def test_an_exec_of_a_foreign_program_is_let_go_with_a_notice(tmp_path):
+    """A shell that execs a 32-bit program mid-recording: its samples were unwound with x86-64 rules, wrong
+    and with nothing said (a sweep). It is detached at its exec stop, told of, and runs on untraced."""
+    binary = write_i386_binary(str(tmp_path / "pause32"))
+    nprof = subprocess.Popen(nprof_command("record", "-d", "30", "-o", str(tmp_path / "p.folded"), "--", "sh", "-c",
+                                           f"exec {binary}"),
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        lines = []
+        for line in nprof.stderr:
+            lines.append(line)
+            if "waiting for sh" in line:  # the recording ended: nothing is left to sample
+                break
+        text = "".join(lines)
+        assert "exec'd" in text and "a 32-bit i386 executable" in text and "runs on unprofiled" in text, text
+        with open(f"/proc/{nprof.pid}/task/{nprof.pid}/children") as f:
+            [command] = [int(pid) for pid in f.read().split()]  # sh, which exec'd the program
+        assert os.readlink(f"/proc/{command}/exe") == binary
+        assert_running_free(command)
+        os.kill(command, signal.SIGKILL)
+        assert nprof.wait(timeout=60) == 128 + signal.SIGKILL
+    finally:
+        if nprof.poll() is None:
+            nprof.kill()
+            nprof.wait()
+
+
 @pytest.mark.parametrize(
     "output, phrase",
     [

@@ -105,9 +105,16 @@ class SyntheticFrame(enum.IntEnum):
     #: library's own thread). Its stack was empty, and its samples were left out of every output while
     #: the summary counted them (426 samples of 3 threads, 209 shown: a sweep).
     NATIVE_ONLY = 1
+    #: between Python frames placed below a native walk that ended early (its stack window ran out) and
+    #: that walk's outermost frame: without it, ``inv (_linalg.py)`` read as calling OpenBLAS's
+    #: ``dgetrf_parallel`` itself, its callers in between not unwound (numpy on 3.11, a sweep)
+    NATIVE_CUT = 2
 
 
-SYNTHETIC_LABELS = {SyntheticFrame.NATIVE_ONLY: "[native code, no Python frame: --native shows it]"}
+SYNTHETIC_LABELS = {
+    SyntheticFrame.NATIVE_ONLY: "[native code, no Python frame: --native shows it]",
+    SyntheticFrame.NATIVE_CUT: "[native frames not unwound]",
+}
 
 
 class NativeFrame(NamedTuple):

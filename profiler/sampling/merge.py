@@ -11,7 +11,8 @@ When the counts disagree (``../shared/reference/cpython-internals.md`` sections 
 * one anchor more than groups: an activation that has not pushed its first frame yet (or has just popped
   its last). The surplus is the innermost anchor; pair the rest from the outside.
 * fewer anchors than groups, and the native walk ended early (window exhausted, no unwind info...): pair
-  from the inside, and put the outer groups below the truncated native stack, where they belong.
+  from the inside, and put the outer groups below the truncated native stack, where they belong, with a
+  ``CUT`` marker between, for the native frames not unwound there.
 * more anchors than groups, and a coroutine's stack base (greenlet's ``g_initialstub``: ``is_base``) lies
   between the anchor of the outermost group and the next: the groups are the running coroutine's, run by
   the anchors inward of its base, and the anchors outward of it run another coroutine's frames, which the
@@ -29,9 +30,21 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 
-from profiler.model import NativeFrame, RuntimeFrame
+from typing import NamedTuple
 
-Frame = NativeFrame | RuntimeFrame
+from profiler.model import NativeFrame, RuntimeFrame, SyntheticFrame
+
+
+class Marker(NamedTuple):
+    """A frame nprof puts in a merged stack itself (``FrameKind.SYNTHETIC``)."""
+
+    kind: SyntheticFrame
+
+
+#: where native frames were not unwound, between a truncated native stack and the Python frames below it
+CUT = Marker(SyntheticFrame.NATIVE_CUT)
+
+Frame = NativeFrame | RuntimeFrame | Marker
 
 
 class MergeOutcome(enum.IntEnum):
@@ -86,14 +99,14 @@ def merge(
         return _interleave(native, dict(zip(anchor_at[1:], groups)), []), MergeOutcome.SURPLUS_ANCHOR
     if n_anchor < n_group and not native_complete:
         paired = dict(zip(anchor_at, groups))
-        rest = [frame for group in groups[n_anchor:] for frame in group]
+        rest: list[Frame] = [CUT, *(frame for group in groups[n_anchor:] for frame in group)]
         return _interleave(native, paired, rest), MergeOutcome.TRUNCATED_NATIVE
     flat: list[Frame] = [frame for group in groups for frame in group]
     return flat + list(native), MergeOutcome.MISMATCH
 
 
 def _interleave(
-    native: Sequence[NativeFrame], groups_at: dict[int, list[RuntimeFrame]], below: list[RuntimeFrame]
+    native: Sequence[NativeFrame], groups_at: dict[int, list[RuntimeFrame]], below: list[Frame]
 ) -> list[Frame]:
     out: list[Frame] = []
     for i, frame in enumerate(native):

@@ -150,6 +150,8 @@ class StackRecorder:
             (FrameKind.NATIVE, f.module, f.rel, 0)
             if isinstance(f, NativeFrame)
             else (FrameKind.RUNTIME, ai, f.code, f.offset)
+            if isinstance(f, RuntimeFrame)
+            else (FrameKind.SYNTHETIC, 0, f.kind, 0)
             for f in frames
         )
         return keys, outcome

@@ -107,6 +107,28 @@ def test_perf_trampolines_are_unwound_through(interp, tmp_path):
     assert total > 0 and whole / total >= 0.95, f"{whole}/{total} samples from _start, with {chain} interleaved"
 
 
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id == "3.10"])
+def test_python_frames_below_a_cut_native_stack_are_marked_off(interp, tmp_path):
+    """A native walk cut by its window puts the Python frames it did not reach below its outermost frame:
+    read as a call from the last of them into that frame (``inv`` calling OpenBLAS's ``dgetrf_parallel``,
+    a sweep). A marker stands between them for the native frames not unwound."""
+    path = script("deep.py")
+    out = str(tmp_path / "cut.speedscope.json")
+    with running_target([interp.path, path, "300"], ready_at=2) as target:
+        record(target.pid, out, "--stack-bytes", "16384", "--max-stack-bytes", "16384", duration="1")
+    [profile] = read_speedscope(out)
+
+    def marked(stack: tuple) -> bool:
+        names = [name for name, _file, _line in stack]
+        if "[native frames not unwound]" not in names:
+            return False
+        at = names.index("[native frames not unwound]")
+        return stack[at - 1][1] == path and stack[at + 1][1] != path  # Python outward, native inward
+
+    cut, total = share(profile.detailed, marked)
+    assert total > 0 and cut / total >= 0.95, f"{cut}/{total} samples marked where the native walk was cut"
+
+
 def test_a_greenlet_s_frames_sit_on_its_own_eval_loops(tmp_path):
     """greenlet (gevent, eventlet) runs each greenlet on its own part of the C stack, above
     ``g_initialstub``; the eval loops below it run the greenlet that switched, whose Python frames are not

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from profiler.model import NativeFrame, RuntimeFrame, UnwindMethod
-from profiler.sampling.merge import MergeOutcome, group_runtime, merge
+from profiler.sampling.merge import CUT, MergeOutcome, group_runtime, merge
 
 
 def n(name: int) -> NativeFrame:
@@ -22,7 +22,7 @@ def anchors_of(native):
 
 
 def names(frames):
-    return [("py", f.code) if isinstance(f, RuntimeFrame) else ("c", f.rel) for f in frames]
+    return [("py", f.code) if isinstance(f, RuntimeFrame) else ("cut",) if f is CUT else ("c", f.rel) for f in frames]
 
 
 def test_no_runtime_frames_is_the_native_stack():
@@ -71,7 +71,8 @@ def test_truncated_native_stack_gets_outer_groups_below():
     runtime = [py(11), py(22), py(33)]
     frames, outcome = merge(native, anchors_of(native), runtime, native_complete=False)
     assert outcome is MergeOutcome.TRUNCATED_NATIVE
-    assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("py", 22), ("py", 33)]
+    # the marker stands for the native frames not unwound between the cut and the outer Python frames
+    assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("cut",), ("py", 22), ("py", 33)]
 
 
 def test_mismatch_keeps_every_frame_python_on_top():

@@ -23,7 +23,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.model import StopReason
 from profiler.sampling.session import Session
 from profiler.symbolize.missing import _package_of
-from tests.support.profiles import ends_with, read_speedscope, share
+from tests.support.profiles import ThreadProfile, ends_with, read_speedscope, share
 from profiler.target import procfs
 from tests.support.targets import (
     FRAME_POINTERS, NO_FRAME_POINTERS, NOT_UTF8_NAME, assert_running_free, build_c, nprof_command, run_nprof,
@@ -317,6 +317,16 @@ def test_a_library_loaded_where_another_was_is_named_from_its_own_file(swapped_l
     assert a / total >= 0.4 and b / total >= 0.4, f"work_a {a}/{total}, work_b {b}/{total}"
 
 
+def record_the_library(loader: str, lib: str, out: str) -> tuple[subprocess.CompletedProcess, ThreadProfile]:
+    """Record tests/targets/loader.c spinning 1 s in ``lib``'s work(), to its end: nprof's result, the profile."""
+    with running_target([loader, "1000", lib]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-r", "200", "-o", out)
+        assert result.returncode == 0, result.stderr
+        assert target.wait(timeout=30) == 0
+    [profile] = read_speedscope(out)
+    return result, profile
+
+
 def test_a_profile_mostly_in_a_stripped_library_says_so(loader_and_libs, build_dir, tmp_path):
     """Frames in functions no symbol covers show as ``module+0xOFFSET``: a profile led by
     ``libz.so.1.2.13+0x5d80`` (zlib's deflate, Debian strips it) said nothing of why, or of what names it.
@@ -326,12 +336,7 @@ def test_a_profile_mostly_in_a_stripped_library_says_so(loader_and_libs, build_d
                   name="stripped_lib.so")  # fmt: skip
     subprocess.run(["strip", "--strip-all", lib], check=True)
     assert ".symtab" not in ElfFile(lib).sections
-    out = str(tmp_path / "stripped.speedscope.json")
-    with running_target([loader, "1000", lib]) as target:
-        result = run_nprof("record", "--pid", str(target.pid), "-r", "200", "-o", out)
-        assert result.returncode == 0, result.stderr
-        assert target.wait(timeout=30) == 0
-    [profile] = read_speedscope(out)
+    result, profile = record_the_library(loader, lib, str(tmp_path / "stripped.speedscope.json"))
     unnamed, total = share(profile.stacks, lambda s: s[-1].startswith("stripped_lib.so+0x"))
     assert unnamed / total >= 0.5, profile.stacks
     notice = re.search(r"nprof: ([\d.]+)% of the samples went through functions of stripped_lib.so that have no "
@@ -373,12 +378,7 @@ def test_a_stripped_library_is_named_from_its_minidebuginfo(loader_and_libs, bui
                   name="minidebug_lib.so")  # fmt: skip
     add_minidebuginfo(lib, str(tmp_path))
     assert ".symtab" not in ElfFile(lib).sections and ".gnu_debugdata" in ElfFile(lib).sections
-    out = str(tmp_path / "mini.speedscope.json")
-    with running_target([loader, "1000", lib]) as target:
-        result = run_nprof("record", "--pid", str(target.pid), "-r", "200", "-o", out)
-        assert result.returncode == 0, result.stderr
-        assert target.wait(timeout=30) == 0
-    [profile] = read_speedscope(out)
+    result, profile = record_the_library(loader, lib, str(tmp_path / "mini.speedscope.json"))
     named, total = share(profile.stacks, lambda s: s[-1] == "work")
     assert named / total >= 0.5, profile.stacks
     assert "that have no symbol" not in result.stderr

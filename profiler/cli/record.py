@@ -417,8 +417,8 @@ def _wait_child(child: LaunchedCommand, pid: int, session: Session) -> int:
     ended of it too: then with its status."""
     status = session.meta.exit_status.get(pid)
     if status is None and child.running():
-        print(f"nprof: waiting for {session.meta.command[0]} (pid {pid}) to exit", file=sys.stderr)
-        try:
+        try:  # (the notice inside: a Ctrl-C as soon as it shows, which woke its reader, escaped as "interrupted")
+            print(f"nprof: waiting for {session.meta.command[0]} (pid {pid}) to exit", file=sys.stderr)
             child.wait()
         except KeyboardInterrupt:
             if _still_running(child, INTERRUPT_GRACE):

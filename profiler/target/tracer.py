@@ -53,6 +53,7 @@ RED_ZONE = 128
 #: no stop waits for those pages. ``nprof dump``'s 1 MiB windows were paged in whole, one slot per thread it
 #: holds: 484 MB of memory for 400 threads (a sweep); past this, a copy pages in what it writes.
 PAGED_IN_AT_MOST = 64 << 10
+
 #: ``Tracer._held``'s way to resume a group-stopped thread: PTRACE_LISTEN (any other value is the signal that
 #: PTRACE_CONT delivers, 0 for none)
 LISTEN = -1

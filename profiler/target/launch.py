@@ -29,7 +29,7 @@ from collections.abc import Collection, Sequence
 from profiler.errors import PermissionDenied, TargetError, UsageError
 from profiler.target import ptrace as pt
 from profiler.target.permissions import diagnose_attach_failure, has_cap_sys_ptrace
-from profiler.target.process import foreign_architecture
+from profiler.target.process import executable_architecture, foreign_architecture_error
 
 #: the exit status of a child whose exec failed, as a POSIX shell gives a command it cannot run; what it
 #: failed with goes to the parent through the report pipe
@@ -54,8 +54,7 @@ class LaunchedCommand:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("a command is launched from the main thread (its signal handlers are reset)")
         self.command = list(command)
-        _refuse_set_id(self.command[0])
-        _refuse_foreign(self.command[0])
+        _refuse_unrunnable(self.command[0])
         if ignored is None:
             ignored = [sig for sig in _STOP_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
         self.returncode: int | None = None  #: once known: the exit code, or minus the killing signal
@@ -180,15 +179,21 @@ class LaunchedCommand:
         return TargetError(f"{name} {how} before it started.")
 
 
-def _refuse_set_id(name: str) -> None:
-    """A set-user-ID or set-group-ID program execs without its privileges while traced, unless the tracer
-    has CAP_SYS_PTRACE (execve(2), "ptrace"; the kernel's ``ptracer_capable``): it would fail, or run as
-    another program than the user asked for. Without the capability, say so before anything runs."""
+def _refuse_unrunnable(name: str) -> None:
+    """Refuse, before anything runs, a command that would not run as asked under a tracer (a PATH search,
+    as the exec makes; one that cannot be found or read is left to the exec to report):
+
+    * a set-user-ID or set-group-ID program execs without its privileges while traced, unless the tracer
+      has CAP_SYS_PTRACE (execve(2), "ptrace"; the kernel's ``ptracer_capable``): it would fail, or run as
+      another program than the user asked for;
+    * a program of another architecture (a 32-bit i386 build): found only at its exec stop, it was resumed
+      there, and ran on unprofiled in the background once nprof had exited with its error. (A script's
+      ``#!`` interpreter is not followed here; the exec stop still lets go of what it runs.)"""
     path = shutil.which(name) if os.sep not in name else name
     try:
         mode = os.stat(path).st_mode if path else 0
     except OSError:
-        return  # the exec reports what is wrong with it
+        return
     if mode & (stat.S_ISUID | stat.S_ISGID) and not has_cap_sys_ptrace():
         kind = "set-user-ID" if mode & stat.S_ISUID else "set-group-ID"
         raise UsageError(
@@ -196,25 +201,9 @@ def _refuse_set_id(name: str) -> None:
             "Run nprof as root or with CAP_SYS_PTRACE: only such a tracer may trace a program that runs "
             "with another user's privileges.",
         )
-
-
-def _refuse_foreign(name: str) -> None:
-    """A program of another architecture (a 32-bit i386 build) is refused before it starts: found only at
-    its exec stop, it was resumed there, and ran on unprofiled in the background once nprof had exited with
-    its error. (A script's interpreter is what runs: its ``#!`` line is not followed here; the exec stop
-    still refuses what it runs.)"""
-    path = shutil.which(name) if os.sep not in name else name
-    try:
-        with open(path or "", "rb") as f:
-            header = f.read(20)
-    except OSError:
-        return  # the exec reports what is wrong with it
-    problem = foreign_architecture(header)
+    problem = executable_architecture(path) if path else None
     if problem is not None:
-        raise TargetError(
-            f"{name} is {problem}; nprof profiles x86-64 (64-bit) programs only.",
-            "Rebuild the program for x86-64, or use a profiler for its architecture.",
-        )
+        raise foreign_architecture_error(f"{name} is", problem)
 
 
 def _exec_when_released(

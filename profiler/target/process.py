@@ -44,6 +44,24 @@ def foreign_architecture(header: bytes) -> str | None:
     return f"a {bits}-bit {name} executable"
 
 
+def executable_architecture(path: str) -> str | None:
+    """``foreign_architecture`` of the executable at ``path``; None too when it cannot be read (whatever
+    runs it next reports that: the exec, or the attach with a diagnosis)."""
+    try:
+        with open(path, "rb") as f:
+            return foreign_architecture(f.read(20))
+    except OSError:
+        return None
+
+
+def foreign_architecture_error(subject: str, problem: str) -> TargetError:
+    """The error for a program of another architecture: ``subject`` ("Process 12 runs", "prog is")."""
+    return TargetError(
+        f"{subject} {problem}; nprof profiles x86-64 (64-bit) programs only.",
+        "Rebuild the program for x86-64, or use a profiler for its architecture.",
+    )
+
+
 def shares_memory(pid: int, child: int) -> bool:
     """Whether ``child`` runs in ``pid``'s address space: a vfork child before its exec (``subprocess`` and
     ``posix_spawn`` make these), or a clone with CLONE_VM. Its memory, stack and runtime state are the
@@ -127,19 +145,11 @@ class TargetProcess:
             )
         problem = self.foreign_architecture()
         if problem is not None:
-            raise TargetError(
-                f"Process {self.pid} runs {problem}; nprof profiles x86-64 (64-bit) programs only.",
-                "Rebuild the program for x86-64, or use a profiler for its architecture.",
-            )
+            raise foreign_architecture_error(f"Process {self.pid} runs", problem)
 
     def foreign_architecture(self) -> str | None:
-        """What the program the process runs is, if not x86-64 (``foreign_architecture``); None also when its
-        executable cannot be read (the attach reports a permission problem with a diagnosis)."""
-        try:
-            with open(f"/proc/{self.pid}/exe", "rb") as f:
-                return foreign_architecture(f.read(20))
-        except OSError:
-            return None
+        """What the program the process runs is, if not x86-64 (``executable_architecture``)."""
+        return executable_architecture(f"/proc/{self.pid}/exe")
 
     # --- views ------------------------------------------------------------------------------------------
 

@@ -98,20 +98,28 @@ class SampledProcesses:
         for pid in list(self.tracer.exec_stopped):
             try:
                 target = self.targets.get(pid)
-                problem = target.process.foreign_architecture() if target is not None else None
-                if target is not None and problem is not None:
-                    # unwound with x86-64 rules its stacks were wrong, with nothing said (a sweep: a shell
-                    # that exec'd a 32-bit program); it runs on unprofiled
-                    self.notice(f"pid {pid} ({target.process.comm}) exec'd {exe_path(pid) or '?'}, {problem}: "
-                                "nprof profiles x86-64 programs only; it runs on unprofiled from here")  # fmt: skip
-                    self.tracer.release_exec(pid)
-                    del self.targets[pid]
-                elif target is not None:
+                if target is None:
+                    continue
+                if not self._let_go_if_foreign(target):
                     self._remap(target)
                     self.children.remember(pid)  # the scan must not take this exec for another
-                    self._note_agents()
+                self._note_agents()
             finally:
-                self.tracer.resume_exec(pid)
+                self.tracer.resume_exec(pid)  # (no-op for one let go)
+
+    def _let_go_if_foreign(self, target: Target) -> bool:
+        """A process that exec'd a program of another architecture is detached from its exec stop and no
+        longer sampled, with a notice; it runs on unprofiled. Unwound with x86-64 rules, its stacks were
+        wrong, with nothing said (a sweep: a shell that exec'd a 32-bit program)."""
+        pid = target.process.pid
+        problem = target.process.foreign_architecture()
+        if problem is None:
+            return False
+        self.notice(f"pid {pid} ({target.process.comm}) exec'd {exe_path(pid) or '?'}, {problem}: nprof profiles "
+                    "x86-64 programs only; it runs on unprofiled from here")  # fmt: skip
+        self.tracer.release_exec(pid)
+        del self.targets[pid]
+        return True
 
     def look_again(self) -> None:
         """Between ticks, at most every ``children.SCAN_INTERVAL``: children born and processes that exec'd
@@ -199,7 +207,7 @@ class SampledProcesses:
                 self._remap(target)
             if not self.config.subprocesses:
                 continue
-            tids = [r.tid for r in seized.records.values() if r.pid == pid]
+            tids = [r.tid for r in seized.threads_of(pid)]
             # (orphans are seized already, and followed below)
             for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys():
                 if not self._told(child) and not shares_memory(pid, child):  # (a vfork child: at the next look)

@@ -113,6 +113,16 @@ class ThreadTable:
                 self.live_pids[record.pid] = live
         self.records.pop(record.tid, None)
 
+    def threads_of(self, pid: int) -> list[ThreadRecord]:
+        """The records of ``pid``'s threads seized and not seen to exit (no new thread is looked for)."""
+        return [r for r in self.records.values() if r.pid == pid]
+
+    def forget_process(self, pid: int) -> None:
+        """Forget a process whose threads were all detached (``drop`` each first): not one of nprof's any more."""
+        self.processes.pop(pid, None)
+        self.options.pop(pid, None)
+        self.live_pids.pop(pid, None)
+
     def process_alive(self, pid: int) -> bool:
         return pid in self.live_pids
 

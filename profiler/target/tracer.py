@@ -147,11 +147,10 @@ class Tracer:
         untraced."""
         if pid in self.exec_stopped:
             self.exec_stopped.remove(pid)
-        for record in [r for r in self.seized.records.values() if r.pid == pid]:
+        for record in self.seized.threads_of(pid):
             pt.detach(record.tid, 0)
             self._drop(record, exited=False)
-        self.seized.processes.pop(pid, None)
-        self.seized.live_pids.pop(pid, None)
+        self.seized.forget_process(pid)
 
     def _exited(self, tid: int, status: int) -> None:
         """A tracee's exit (or death) status: the end of its process if it is a leader, and of the thread."""

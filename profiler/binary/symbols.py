@@ -182,24 +182,25 @@ def load_symbols(elf: ElfFile, supplement: ElfFile | None = None) -> SymbolTable
     """``.symtab`` if present (it has the static functions), else ``.dynsym``; None if neither. A
     ``supplement`` (the MiniDebugInfo image of a stripped file, ``minidebug.py``) adds its ``.symtab`` to the
     ``.dynsym``: it holds only the functions ``.dynsym`` lacks."""
-    own = _section_symbols(elf, ".symtab")
-    source = ".symtab"
-    if own is None:
-        own, source = _section_symbols(elf, ".dynsym"), ".dynsym"
+    found, source = _section_symbols(elf, ".symtab"), ".symtab"
+    if found is None:
+        found, source = _section_symbols(elf, ".dynsym"), ".dynsym"
         extra = _section_symbols(supplement, ".symtab") if supplement is not None else None
-        if extra is not None:
-            if own is None:
-                own, source = extra, supplement.path
-            else:
-                syms, strtab = own
-                more, more_strtab = extra
-                more = more.copy()
-                more["st_name"] += len(strtab)  # names of the second table, after the first's in one string table
-                own, source = (np.concatenate([syms, more]), strtab + more_strtab), f".dynsym+{supplement.path}"
-    if own is None:
+        if extra is not None and supplement is not None:
+            source = supplement.path if found is None else f".dynsym+{supplement.path}"
+            found = extra if found is None else _joined(found, extra)
+    if found is None:
         return None
-    syms, strtab = own
+    syms, strtab = found
     return SymbolTable(syms.copy(), strtab, source, elf.section_ends(), elf.executable_sections())
+
+
+def _joined(first: tuple[np.ndarray, bytes], second: tuple[np.ndarray, bytes]) -> tuple[np.ndarray, bytes]:
+    """Two symbol tables as one: the second's names after the first's in one string table."""
+    (syms, strtab), (more, more_strtab) = first, second
+    more = more.copy()
+    more["st_name"] += len(strtab)
+    return np.concatenate([syms, more]), strtab + more_strtab
 
 
 def _section_symbols(elf: ElfFile, name: str) -> tuple[np.ndarray, bytes] | None:

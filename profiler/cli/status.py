@@ -128,22 +128,17 @@ def _collapse(name: str, opening: str, closing: str) -> str:
     ``(anonymous namespace)``."""
     out: list[str] = []
     depth = 0
-    i = 0
-    while i < len(name):
-        c = name[i]
+    for i, c in enumerate(name):
         if depth == 0:
-            if c == opening and _opens(name, i):
-                out.append(opening + "…")
-                depth = 1
-            else:
-                out.append(c)
+            opens = c == opening and _opens(name, i)
+            out.append(opening + "…" if opens else c)
+            depth = int(opens)
         elif c == opening:
             depth += 1
         elif c == closing:
             depth -= 1
             if depth == 0:
                 out.append(closing)
-        i += 1
     return "".join(out)
 
 

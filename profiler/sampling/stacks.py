@@ -136,9 +136,9 @@ class StackRecorder:
         self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
     ) -> tuple[FrameKeys, MergeOutcome]:
         ai = target.agent_index
-        if not runtime and not self.native:
-            return ((FrameKind.SYNTHETIC, 0, SyntheticFrame.NATIVE_ONLY, 0),), MergeOutcome.NO_RUNTIME
         if not runtime:
+            if not self.native:  # --no-native, a thread running no Python: one labelled frame (model.py)
+                return ((FrameKind.SYNTHETIC, 0, SyntheticFrame.NATIVE_ONLY, 0),), MergeOutcome.NO_RUNTIME
             return tuple((FrameKind.NATIVE, f.module, f.rel, 0) for f in native), MergeOutcome.NO_RUNTIME
         if not self.native:  # --no-native: the runtime's frames alone, nothing to merge with
             keys = tuple((FrameKind.RUNTIME, ai, f.code, f.offset) for f in runtime if not f.shim)

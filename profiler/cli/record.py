@@ -421,25 +421,12 @@ def _wait_child(child: LaunchedCommand, pid: int, session: Session) -> int:
             print(f"nprof: waiting for {session.meta.command[0]} (pid {pid}) to exit", file=sys.stderr)
             child.wait()
         except KeyboardInterrupt:
-            if _still_running(child, INTERRUPT_GRACE):
+            if not child.exits_within(INTERRUPT_GRACE):
                 print(f"nprof: not waiting any longer; pid {pid} runs on", file=sys.stderr)
                 return 128 + signal.SIGINT
     if status is None:
         status = child.returncode
     return command_exit_code(status)
-
-
-def _still_running(child: LaunchedCommand, grace: float) -> bool:
-    """Whether the command still runs ``grace`` seconds from now (a Ctrl-C while waiting keeps it short)."""
-    end = time.monotonic() + grace
-    try:
-        while child.running():
-            if time.monotonic() >= end:
-                return True
-            time.sleep(0.01)
-    except KeyboardInterrupt:
-        return child.running()
-    return False
 
 
 def command_exit_code(status: int | None) -> int:

@@ -23,6 +23,7 @@ import shutil
 import signal
 import stat
 import threading
+import time
 import warnings
 from collections.abc import Collection, Sequence
 
@@ -131,6 +132,19 @@ class LaunchedCommand:
             return True
         self._exited(status)
         return False
+
+    def exits_within(self, seconds: float) -> bool:
+        """Whether the command exits (and is reaped) within ``seconds``, polled every 10 ms; a Ctrl-C in
+        that time ends the wait early."""
+        end = time.monotonic() + seconds
+        try:
+            while self.running():
+                if time.monotonic() >= end:
+                    return False
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            return not self.running()
+        return True
 
     def wait(self) -> None:
         """Block until the command exits, and reap it. Still seized (a child never released, ``give_up``), it

@@ -8,7 +8,7 @@ source through ``exec``, and CPython marks a KeyboardInterrupt raised there as u
 caught, and ends a ``python -m profiler`` run by SIGINT after its exit code has been chosen (status -2
 after nprof's "interrupted" message, 3 of 60 SIGINTs sent 0.20-0.30 s after launch). So SIGINT is only
 noted while the import runs, and answered after it; nothing is attached or written by then, so there is
-nothing to undo. The commands take over from there (``cli/record.StopFlag``); one that came while the command line
+nothing to undo. The commands take over from there (``cli/stop.StopFlag``); one that came while the command line
 parsed its arguments (argparse) is caught here too.
 It lives outside ``profiler/cli``, whose package import is itself the slow part (numpy, at once).
 """

@@ -36,7 +36,7 @@ from profiler.target.process import executable_architecture, foreign_architectur
 #: failed with goes to the parent through the report pipe
 EXEC_FAILED = 127
 
-#: the signals that stop nprof (``cli/record.StopFlag``); the child takes their default action before its exec,
+#: the signals that stop nprof (``cli/stop.StopFlag``); the child takes their default action before its exec,
 #: as the command would: killed by the Ctrl-C that ends nprof's set-up, it never starts
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

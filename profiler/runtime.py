@@ -73,10 +73,12 @@ RECAPTURE = object()
 #:   the session's counters at the end of a recording.
 #: * ``notices() -> list[str]``: at the end of a recording, what the user must be told about it (the runtime's
 #:   frames could not be read at all...), one line each.
+#: * ``label``, a property: the runtime as the user is told of it ("CPython 3.12 (libpython3.12.so.1.0)"),
+#:   in the notice of a runtime found after the attach; ``name`` where there is none.
 OPTIONAL_SESSION_METHODS = (
     "snapshot", "settle", "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame",
     "is_interpreter_function", "thread_name",
-    "locals", "counters", "notices",
+    "locals", "counters", "notices", "label",
 )  # fmt: skip
 
 

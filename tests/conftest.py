@@ -154,6 +154,12 @@ def swapped_libs(build_dir, loader_and_libs) -> tuple[str, list[str]]:
 
 
 @pytest.fixture(scope="session")
+def embedder(build_dir) -> str:
+    """tests/targets/embedder.c: a native program that dlopens libpython once it is traced."""
+    return build_c("embedder.c", build_dir, FRAME_POINTERS, name="embedder")
+
+
+@pytest.fixture(scope="session")
 def chain_nofp(build_dir) -> str:
     """tests/targets/chain.c without frame pointers: only DWARF CFI can unwind it."""
     return build_c("chain.c", build_dir, NO_FRAME_POINTERS, name="chain-nofp")

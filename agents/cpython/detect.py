@@ -151,6 +151,9 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
         if named is not None and named[0] < SUPPORTED[0]:  # before 3.7 there was no _PyRuntime to export
             minor = named[0][1]
             raise DetectError(f"CPython 3.{minor} is not supported (nprof reads 3.8 to 3.14)")
+        if named is None and not os.path.basename(mapping.path).startswith("libpython"):  # a program, not Python
+            raise DetectError(f"not a CPython process (no libpython mapped, and {os.path.basename(mapping.path)} "
+                              "exports no _PyRuntime)")  # fmt: skip
         raise DetectError(f"{mapping.path} exports no _PyRuntime: not a CPython 3.8+ interpreter")
     flags = named[1] if named else ""
     version = _version_from_symbol(obj) or (named[0] if named else None)

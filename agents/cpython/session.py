@@ -139,6 +139,11 @@ class CPythonSession:
         self._name_cache: dict[int, str] = {}
         self.refresh(force=True)
 
+    @property
+    def label(self) -> str:
+        """The runtime as the user is told of it: "CPython 3.12 (libpython3.12.so.1.0)"."""
+        return self.interpreter.label
+
     # --- between ticks ----------------------------------------------------------------------------------
 
     def _read_through(self, pid: int) -> None:

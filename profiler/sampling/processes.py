@@ -128,10 +128,23 @@ class SampledProcesses:
         scan = self.children.due()
         if scan:
             self._follow_children()
+            self._detect_loaded_later()
         elif not self._detection_soon():
             return
         self._retry_detection()
         self._note_agents()  # an exec may have replaced a target, a fresh one may have found its runtime
+
+    def _detect_loaded_later(self) -> None:
+        """Look again for the runtime of each process profiled natively that has mapped new code since its
+        last look (``Target.loaded_since``), and tell the user when one is found: its frames are read from
+        there on, and its earlier samples have native frames only."""
+        for target in self.targets.values():
+            if target.detection_pending or not target.loaded_since():
+                continue
+            if target.detect(self.agents, self._register_agent) and target.agent is not None:
+                p, label = target.process, getattr(target.agent, "label", target.agent.name)
+                self.notice(f"pid {p.pid} ({p.comm}): {label} loaded since nprof attached: its frames are read "
+                            "from here on (its earlier samples show native frames only)")  # fmt: skip
 
     def _detection_soon(self) -> bool:
         """Some process started just now still waits for its runtime."""

@@ -81,6 +81,9 @@ class Target:
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
         self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
         self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
+        #: the code mapped (``AddressSpace.generation``, and the files mapped executable) as of the last look
+        #: that found no runtime: a look again is worth it only once they change (``loaded_since``)
+        self._looked_at: tuple[int, frozenset[str]] = (-1, frozenset())
         #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
         self.stack_memo: FrameMemo[tuple[int, bool, str | None]] = FrameMemo(MAX_MEMO_FRAMES)
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
@@ -111,9 +114,25 @@ class Target:
                 return True
             reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
         self.detect_reasons = reasons
+        self._looked_at = (self.space.generation, self._code_files())
         if fresh and reasons:
             self.detect_until = time.monotonic() + DETECT_GRACE
         return False
+
+    def loaded_since(self) -> bool:
+        """Whether a process with no runtime found has mapped a new file of code since its last look: a
+        runtime loaded after the attach (an embedding host that dlopens libpython on first use, like
+        PostgreSQL's plpython3u or uWSGI's python plugin; a Python attached before its loader mapped
+        libpython). Asked between ticks; the maps are read again by ``AddressSpace.recheck``, not here."""
+        if self.agent is not None or self.space.generation == self._looked_at[0]:
+            return False
+        files = self._code_files()
+        new = not files <= self._looked_at[1]
+        self._looked_at = (self.space.generation, files | self._looked_at[1])
+        return new
+
+    def _code_files(self) -> frozenset[str]:
+        return frozenset(m.path for m in self.process.maps.mappings if m.file_backed and m.executable)
 
     @property
     def detection_pending(self) -> bool:

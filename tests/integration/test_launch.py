@@ -29,7 +29,7 @@ def record_startup(command: list[str], tmp_path) -> tuple[str, float, float, lis
     # told even though it exited before nprof gave up looking for a runtime (it is C, not Python)
     # (the reason depends on how far detection got before the exec: no interpreter mapped at all, or an
     # executable that exports no _PyRuntime; a clean-clone run gave the first, other runs the second)
-    assert re.search(r"not a CPython (3\.8\+ interpreter|process); profiling native frames", result.stderr), (
+    assert re.search(r"not a CPython (3\.8\+ interpreter|process)[^;\n]*; profiling native frames", result.stderr), (
         result.stderr)
     [profile] = read_speedscope(out)
     startup = sum(w for s, w in profile.stacks.items() if "startup" in s)

@@ -743,3 +743,32 @@ def test_threads_asleep_before_the_interpreter_was_found_get_their_python_frames
     assert in_eval >= 200 * 100, f"{in_eval} samples of the threads in an eval loop"
     assert max(lacking.values(), default=0) <= 1, lacking.most_common(3)
     assert sum(lacking.values()) <= 0.0005 * in_eval, f"{sum(lacking.values())} of {in_eval} lack Python frames"
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.13")])
+def test_a_runtime_loaded_after_the_attach_is_found(interp, embedder, tmp_path):
+    """A native program that loads libpython after ``record --pid`` attached, as an embedding host does on
+    first use (PostgreSQL's plpython3u, uWSGI): its runtime is found when its code mappings change, and its
+    Python frames are read from then on. Before, the process was profiled natively for the whole recording,
+    its Python shown as libpython's C frames, with a notice calling it "not a CPython process"."""
+    libpython = _shared_libpython(interp)
+    if libpython is None:
+        pytest.skip(f"{interp.path} is not built with --enable-shared")
+    prefix = subprocess.run([interp.path, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+                            check=True).stdout.strip()  # fmt: skip
+    out = str(tmp_path / "embedder.speedscope.json")
+    with running_target([embedder, libpython, "1.5"], env={**os.environ, "PYTHONHOME": prefix}) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-r", "200", "-o", out)
+    assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
+    assert f"pid {target.pid} (embedder): CPython {interp.version[0]}.{interp.version[1]}" in result.stderr, \
+        result.stderr
+    [profile] = read_speedscope(out)
+    chain = ("outer", "middle", "inner")
+
+    def hosted_chain(stack: tuple) -> bool:
+        names = [name for name, _file, _line in stack]
+        return "host_calls_python" in names and subsequence(tuple(names[names.index("host_calls_python"):]), chain)
+
+    in_python, _ = share(profile.detailed, lambda s: any(n.startswith("PyRun_SimpleString") for n, _f, _l in s))
+    hosted, _ = share(profile.detailed, hosted_chain)
+    assert in_python > 0 and hosted >= 0.8 * in_python, f"{hosted} of {in_python} samples in Python show {chain}"

@@ -10,6 +10,7 @@ from profiler.sampling.notices import (
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session, SessionMeta
+from profiler.sampling.target import Target
 from profiler.target.maps import Mapping, MappingIndex
 
 
@@ -101,3 +102,26 @@ def test_a_signal_heavy_target_is_told_what_passing_signals_on_costs():
     assert signal_cost(900, 0.5) is None, "too few in all to tell"
     notice = signal_cost(60_000, 2.0)
     assert notice is not None and "60,000 signals (30,000 a second)" in notice
+
+
+def test_a_process_profiled_natively_is_looked_at_again_only_when_it_maps_new_code_files():
+    """``Target.loaded_since``: a runtime is looked for again once a new file of code is mapped (a dlopen of
+    libpython), not at every change of the code mapped (a JIT's anonymous mappings come and go all the
+    time), and once per new file."""
+    maps = [Mapping(0x1000, 0x2000, "r-xp", 0, 1, "/usr/bin/host")]
+    process = SimpleNamespace(maps=MappingIndex(maps))
+    space = SimpleNamespace(generation=0)
+    target = object.__new__(Target)
+    target.agent, target.process, target.space = None, process, space
+    target._looked_at = (0, target._code_files())
+    assert not target.loaded_since(), "nothing changed"
+    space.generation = 1
+    maps.append(Mapping(0x3000, 0x4000, "rwxp", 0, 0, ""))
+    process.maps = MappingIndex(maps)
+    assert not target.loaded_since(), "a new anonymous mapping is no new file"
+    space.generation = 2
+    maps.append(Mapping(0x5000, 0x6000, "r-xp", 0, 2, "/usr/lib/libpython3.12.so.1.0"))
+    process.maps = MappingIndex(maps)
+    assert target.loaded_since() and not target.loaded_since(), "told once"
+    space.generation = 3
+    assert not target.loaded_since(), "the same files"

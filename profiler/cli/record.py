@@ -291,7 +291,11 @@ def _why_it_ended(sampler: Sampler, stop: StopFlag, config: SamplerConfig) -> st
     """What ended the sampling: a signal that came once it had ended (a Ctrl-C to the process group while
     nprof resolved names, after the command had exited) did not end it."""
     if sampler.end_reason is EndReason.EXITED:
-        return _how_the_target_ended(sampler.session.meta.exit_status.get(sampler.session.meta.pid))
+        pid = sampler.session.meta.pid
+        problem = sampler.processes.released.get(pid)
+        if problem is not None and pid not in sampler.session.meta.exit_status:
+            return f"target exec'd {problem} and was let go, unprofiled"
+        return _how_the_target_ended(sampler.session.meta.exit_status.get(pid))
     if sampler.end_reason is EndReason.DURATION:
         return f"recorded {config.duration:g}s"
     return f"stopped by {signal.Signals(stop.signal or signal.SIGINT).name}"

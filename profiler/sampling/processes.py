@@ -60,6 +60,9 @@ class SampledProcesses:
         #: children that could not be followed, told once: pid -> its start time (a pid reused by another
         #: process is tried again). An orphan among them stays seized as it is, and is detached at the end
         self._not_followed: dict[int, int | None] = {}
+        #: processes let go at an exec of a program nprof does not profile: pid -> why (the summary says so,
+        #: where the recording ended with them)
+        self.released: dict[int, str] = {}
 
     def add(
         self, pid: int, fresh: bool = False, trace_exec: bool = False, at_exec: bool = False, orphan: bool = False
@@ -118,6 +121,7 @@ class SampledProcesses:
         self.notice(f"pid {pid} ({target.process.comm}) exec'd {exe_path(pid) or '?'}, {problem}: nprof profiles "
                     "x86-64 programs only; it runs on unprofiled from here")  # fmt: skip
         self.tracer.release_exec(pid)
+        self.released[pid] = problem
         del self.targets[pid]
         return True
 

@@ -219,6 +219,7 @@ def test_an_exec_of_a_foreign_program_is_let_go_with_a_notice(tmp_path):
                 break
         text = "".join(lines)
         assert "exec'd" in text and "a 32-bit i386 executable" in text and "runs on unprofiled" in text, text
+        assert "nprof: target exec'd a 32-bit i386 executable and was let go, unprofiled; " in text, text
         with open(f"/proc/{nprof.pid}/task/{nprof.pid}/children") as f:
             [command] = [int(pid) for pid in f.read().split()]  # sh, which exec'd the program
         assert os.readlink(f"/proc/{command}/exe") == binary

@@ -11,17 +11,25 @@ from __future__ import annotations
 import os
 import time
 
+from profiler.target.procfs import split_stat
+
 #: time between two scans for new children or execs
 SCAN_INTERVAL = 0.1
 
 
-def exe_identity(pid: int) -> tuple[int, int] | None:
-    """(device, inode) of the running executable; it changes when the process execs."""
+def exe_identity(pid: int) -> tuple[int, int, int] | None:
+    """(device, inode) of the running executable, and the start of its stack (``startstack``, field 28 of
+    /proc/PID/stat, proc(5)): it changes when the process execs. The executable alone does not, where a
+    program execs itself (multiprocessing's spawn: a fork of python that execs python); the stack a new
+    program gets is placed at random (address space layout randomization), so its start tells two
+    images apart with near certainty. None if the process is gone."""
     try:
         st = os.stat(f"/proc/{pid}/exe")
-    except OSError:
+        with open(f"/proc/{pid}/stat") as f:
+            stack = int(split_stat(f.read())[28])
+    except (OSError, ValueError, IndexError):
         return None
-    return st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino, stack
 
 
 class ChildWatcher:
@@ -29,7 +37,7 @@ class ChildWatcher:
 
     def __init__(self) -> None:
         self._last = 0.0
-        self._exe: dict[int, tuple[int, int] | None] = {}
+        self._exe: dict[int, tuple[int, int, int] | None] = {}
 
     def due(self) -> bool:
         now = time.monotonic()

@@ -71,5 +71,6 @@ def test_the_summary_says_what_ended_the_sampling_not_a_later_signal(end, why):
     stop = StopFlag()
     stop.signal = signal.SIGINT
     meta = SimpleNamespace(pid=7, exit_status={7: 0})
-    sampler = SimpleNamespace(end_reason=end, session=SimpleNamespace(meta=meta))
+    processes = SimpleNamespace(released={})
+    sampler = SimpleNamespace(end_reason=end, session=SimpleNamespace(meta=meta), processes=processes)
     assert _why_it_ended(sampler, stop, SimpleNamespace(duration=2.0)) == why

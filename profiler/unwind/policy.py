@@ -289,7 +289,7 @@ class NativeUnwinder:
             hit = entry.obj.symbols.lookup(lookup - entry.bias)
             callee_start = hit[1] + entry.bias if hit is not None else None
         words = SCAN_WORDS_INNERMOST if innermost else SCAN_WORDS
-        found = find_return_address(self.space, sp, window, words, callee_start)
+        found = find_return_address(self.space, sp, window, words, callee_start, entry)
         if found is None:
             return None
         slot, ra = found

@@ -358,3 +358,16 @@ def test_a_scan_that_finds_nothing_is_no_unwind_info() -> None:
     regs = registers(rip=0x2010, rsp=STACK, rbp=0x1234)
     out = NativeUnwinder(scanning_space({})).unwind(regs, s.window())  # type: ignore[arg-type]
     assert out.stop == StopReason.NO_UNWIND_INFO and len(out.frames) == 1
+
+
+def test_a_scan_of_a_function_with_no_known_start_passes_over_calls_into_other_modules() -> None:
+    """A function with no symbol and no CFI (a stripped Rust extension): which function a direct call
+    entered is not known, but a ``call rel32`` cannot leave its module, so a stale return address after a
+    call to code of another mapping is not its caller (a sweep: libc's calloc was shown calling orjson)."""
+    s = Stack()
+    s.put(STACK + 0x00, 0x1158)  # stale: after `call 0x5800`, code of the jit mapping
+    s.put(STACK + 0x18, 0x1310)  # after `call 0x2180`, in the app's code like the function stepped
+    space = scanning_space({0x1153: call_rel32(0x1153, 0x5800), 0x130B: call_rel32(0x130B, 0x2180)})
+    regs = registers(rip=0x2190, rsp=STACK, rbp=0x1234)  # no symbol covers 0x2190
+    out = NativeUnwinder(space).unwind(regs, s.window())  # type: ignore[arg-type]
+    assert described(out.frames) == [(0, 0x2190, "IP"), (0, 0x130F, "SCAN")]

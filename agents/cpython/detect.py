@@ -71,16 +71,23 @@ def interpreter_mapping(process: TargetProcess) -> Mapping | None:
     MAP_SHARED: ``r--s``). Taken for the interpreter, such a mapping would name the wrong version (and
     a process that is not Python at all would pass for one) and give the wrong load bias.
     """
-    exe = None
     for m in process.maps.mappings:
         if not m.file_backed or not m.executable:
             continue
         base = os.path.basename(m.path.removesuffix(" (deleted)"))
         if base.startswith("libpython3.") and _NAME.match(base):
             return m
-        if exe is None and (m.path == process.exe or base == os.path.basename(process.exe)):
-            exe = m
-    return exe
+    return executable_mapping(process)
+
+
+def executable_mapping(process: TargetProcess) -> Mapping | None:
+    """The first executable mapping of the process's main program."""
+    exe = os.path.basename(process.exe)
+    for m in process.maps.mappings:
+        if m.file_backed and m.executable:
+            if m.path == process.exe or os.path.basename(m.path.removesuffix(" (deleted)")) == exe:
+                return m
+    return None
 
 
 def version_from_name(path: str) -> tuple[tuple[int, int], str] | None:
@@ -121,6 +128,38 @@ def _runtime_svma(obj: ObjectFile) -> int | None:
         return hit[0]
     section = obj.elf.sections.get(".PyRuntime")  # 3.10+: bpo-32280, Python/pylifecycle.c
     return section.sh_addr if section is not None and section.sh_addr else None
+
+
+def _data_addresses(obj: ObjectFile, bias: int, names: tuple[str, ...]) -> dict[str, int]:
+    """avma of each of ``names`` that ``obj`` defines."""
+    symbols = obj.symbols
+    found = {}
+    for name in names:
+        hit = symbols.address_of(name) if symbols is not None else None
+        if hit is not None:
+            found[name] = hit[0] + bias
+    return found
+
+
+def _copied_into_program(
+    process: TargetProcess, objects: ObjectFileCache, interpreter: Mapping, names: dict[str, int]
+) -> dict[str, int]:
+    """The interpreter's data objects of ``names`` that the main program holds copies of, and where: a
+    program linked with libpython that uses ``Py_None`` or ``&PyUnicode_Type`` directly (uWSGI), built as a
+    PIE, has copy relocations for them (``R_X86_64_COPY``). The dynamic loader then copies each object into
+    the program's own data, and every reference, libpython's own through its GOT included, uses the copy:
+    the program's definition comes first in the symbol search order (the System V ABI's symbol
+    interposition). Objects compared against libpython's originals, which nothing uses, made every code
+    object unreadable, and ``True`` looked like a Py_TRACE_REFS build's."""
+    program = executable_mapping(process)
+    if program is None or program.path == interpreter.path:
+        return {}
+    try:
+        obj = objects.open(process.mapped_file_path(program), display_path=program.path)
+    except BinaryError:
+        return {}
+    bias = obj.elf.bias_for(program.start, program.offset, program.executable)
+    return _data_addresses(obj, bias, tuple(names)) if bias is not None else {}
 
 
 def _layout(process: TargetProcess, version: tuple[int, int], runtime: int) -> Layout:
@@ -170,14 +209,11 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
     bias = obj.elf.bias_for(mapping.start, mapping.offset, mapping.executable)
     if bias is None:
         raise DetectError(f"cannot place {mapping.path} in memory (no PT_LOAD covers its mapping)")
-    runtime = svma + bias
+    data = _data_addresses(obj, bias, ("_PyRuntime", *TYPE_SYMBOLS))
+    data.update(_copied_into_program(process, objects, mapping, data))
+    runtime = data.get("_PyRuntime", svma + bias)
     layout = _layout(process, version, runtime)
-    symbols = obj.symbols
-    types: dict[str, int] = {}
-    for name in TYPE_SYMBOLS:
-        hit = symbols.address_of(name) if symbols is not None else None
-        if hit is not None:
-            types[name] = hit[0] + bias
+    types = {name: data[name] for name in TYPE_SYMBOLS if name in data}
     if "PyCode_Type" not in types:
         raise DetectError(f"{mapping.path} exports no PyCode_Type, needed to validate code objects")
     if _traces_refs(process, types):

@@ -777,3 +777,40 @@ def test_a_runtime_loaded_after_the_attach_is_found(interp, embedder, tmp_path):
     in_python, _ = share(profile.detailed, lambda s: any(n.startswith("PyRun_SimpleString") for n, _f, _l in s))
     hosted, _ = share(profile.detailed, hosted_chain)
     assert in_python > 0 and hosted >= 0.8 * in_python, f"{hosted} of {in_python} samples in Python show {chain}"
+
+
+def _build_linked_host(interp: Interpreter, out: str) -> bool:
+    """tests/targets/linked_host.c linked with ``interp``'s shared libpython; False if it has none, or no
+    headers to build against."""
+    query = ("import sysconfig as c; print(c.get_config_var('Py_ENABLE_SHARED'), c.get_paths()['include'], "
+             "c.get_config_var('LIBDIR'), c.get_config_var('LDVERSION'))")  # fmt: skip
+    shared, include, libdir, version = subprocess.run([interp.path, "-c", query], capture_output=True, text=True,
+                                                      check=True).stdout.split()  # fmt: skip
+    if shared != "1" or not os.path.exists(os.path.join(include, "Python.h")):
+        return False
+    subprocess.run(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pie", "-fPIE", f"-I{include}", "-o", out,
+                    os.path.join(os.path.dirname(TARGETS), "linked_host.c"), f"-L{libdir}", f"-lpython{version}",
+                    f"-Wl,-rpath,{libdir}"], check=True)  # fmt: skip
+    return True
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.11", "3.13")])
+def test_a_program_holding_copies_of_python_s_objects_has_its_python_frames(interp, tmp_path):
+    """A program linked with libpython that uses ``Py_None`` or ``&PyUnicode_Type`` directly (uWSGI) holds
+    copies of them (copy relocations) that libpython itself uses too. nprof compared against the originals:
+    with ``True`` copied it said "built with Py_TRACE_REFS" and read no Python frame; with a type copied,
+    every code object was unreadable and every frame `<unknown Python code>` (a sweep)."""
+    host = str(tmp_path / "linked_host")
+    if not _build_linked_host(interp, host):
+        pytest.skip(f"{interp.path} has no shared libpython with headers to link a program with")
+    relocations = subprocess.run(["readelf", "-rW", host], capture_output=True, text=True, check=True).stdout
+    assert "R_X86_64_COPY" in relocations and "_Py_TrueStruct" in relocations, "the program holds copies"
+    out = str(tmp_path / "host.speedscope.json")
+    result = run_nprof("record", "-r", "200", "-o", out, "--", host, "1.5")
+    assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
+    assert "profiling native frames" not in result.stderr and "(0 errors)" in result.stderr, result.stderr
+    [profile] = read_speedscope(out)
+    chain = ("outer", "middle", "inner")
+    hosted, total = share(profile.detailed, lambda s: subsequence(tuple(n for n, _f, _l in s), ("host_calls_python",
+                                                                                                 *chain)))
+    assert total > 0 and hosted >= 0.95 * total, f"{hosted} of {total} samples show host_calls_python -> {chain}"

@@ -125,3 +125,32 @@ def test_a_process_profiled_natively_is_looked_at_again_only_when_it_maps_new_co
     assert target.loaded_since() and not target.loaded_since(), "told once"
     space.generation = 3
     assert not target.loaded_since(), "the same files"
+
+
+def test_a_runtime_loaded_since_the_attach_that_nprof_cannot_read_is_told():
+    """A process that loads a libpython nprof does not read (3.7) after the attach: the look that finds it
+    says why it is still profiled natively, where the notice at the attach said "not a CPython process"
+    and nothing more was said; a look that finds nothing new says nothing."""
+    told: list[str] = []
+    processes = object.__new__(SampledProcesses)
+    processes.notice = told.append
+    processes.config = SimpleNamespace(native=True)
+    agent = SimpleNamespace(name="cpython", last_reason="not a CPython process (no libpython mapped, and host "
+                            "exports no _PyRuntime)", detect=lambda process: None)  # fmt: skip
+    processes.agents = [agent]
+    maps = [Mapping(0x1000, 0x2000, "r-xp", 0, 1, "/usr/bin/host")]
+    process = SimpleNamespace(pid=7, comm="host", maps=MappingIndex(maps))
+    target = object.__new__(Target)
+    target.agent, target.process, target.space, target.detect_until = None, process, SimpleNamespace(generation=0), 0
+    target.detect(processes.agents, lambda session, pid: 0)
+    processes.targets = {7: target}
+    target.space.generation = 1
+    process.maps = MappingIndex([*maps, Mapping(0x5000, 0x6000, "r-xp", 0, 2, "/usr/lib/libplugin.so")])
+    processes._detect_loaded_later()
+    assert told == [], "the same reason: nothing new to say"
+    agent.last_reason = "CPython 3.7 is not supported (nprof reads 3.8 to 3.14)"
+    target.space.generation = 2
+    libpython = Mapping(0x7000, 0x8000, "r-xp", 0, 3, "/lib/libpython3.7m.so")
+    process.maps = MappingIndex([*process.maps.mappings, libpython])
+    processes._detect_loaded_later()
+    assert told == ["pid 7 (host): CPython 3.7 is not supported (nprof reads 3.8 to 3.14); profiling native frames"]

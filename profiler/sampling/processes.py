@@ -153,10 +153,14 @@ class SampledProcesses:
         for target in self.targets.values():
             if target.detection_pending or not target.loaded_since():
                 continue
+            told = target.detect_reasons
             if target.detect(self.agents, self._register_agent) and target.agent is not None:
                 p, label = target.process, getattr(target.agent, "label", target.agent.name)
+                before = "show native frames only" if self.config.native else "have no frames of it"
                 self.notice(f"pid {p.pid} ({p.comm}): {label} loaded since nprof attached: its frames are read "
-                            "from here on (its earlier samples show native frames only)")  # fmt: skip
+                            f"from here on (its earlier samples {before})")  # fmt: skip
+            elif target.detect_reasons != told:  # a runtime nprof cannot read (CPython 3.7), loaded since
+                self.notice(target.no_runtime_notice(self.config.native))
 
     def _detection_soon(self) -> bool:
         """Some process started just now still waits for its runtime."""

@@ -5,9 +5,12 @@ name them. Such frames show as ``module+0xOFFSET``; a top table led by ``libz.so
 use until the reader knows that a package installs the names.
 
 On Debian and Ubuntu the package that shipped the file is asked of dpkg, and the debug package of it of
-apt: ``<package>-dbg`` where the distribution ships one (``libc6-dbg``), else the automatic
-``<package>-dbgsym`` of its debug archive (Debian's debian-debug, Ubuntu's ddebs), which apt may not know
-until that archive is added.
+apt: a hand-made ``-dbg`` package where the distribution ships one, named after the source package
+(``python3.11-dbg`` holds the symbols of ``libpython3.11``'s library) or the binary one (``libc6-dbg``),
+else the automatic ``<package>-dbgsym`` of its debug archive (Debian's debian-debug, Ubuntu's ddebs), which
+apt may not know until that archive is added. A ``-dbg`` package installed at the library's own version
+has not put the debug file where it belongs, so it is not the one (``libpython3.11-dbg`` is Debian's debug
+build of the library, not its symbols).
 """
 
 from __future__ import annotations
@@ -30,9 +33,6 @@ NOTICE_MIN_SAMPLES = 10
 #: what names the functions of a stripped file no package of this system installed (a program built here,
 #: a file in a container, a wheel's bundled library)
 UNPACKAGED_ADVICE = "; a build that keeps its symbol table (not stripped, no -s), or its debug file, names them"
-#: Debian's names for a package's debug symbols, preferred first: a hand-made -dbg package where the
-#: source ships one (libc6-dbg), else the automatic -dbgsym of the debug archive
-DEBUG_SUFFIXES = ("-dbg", "-dbgsym")
 #: seconds dpkg-query and apt-cache may take (apt-cache reads every package list: 0.6 s measured here)
 PACKAGE_QUERY_TIMEOUT = 10.0
 
@@ -100,16 +100,49 @@ def _debug_packages(objects: list[ObjectFile]) -> dict[str, str]:
                 shipped[obj.path] = package
     if not shipped:
         return {}
-    known = _apt_knows([f"{p}{suffix}" for p in set(shipped.values()) for suffix in DEBUG_SUFFIXES])
+    installed = _installed(set(shipped.values()))
+    candidates = {p: _candidates(p, installed.get(p, ("", ""))[1]) for p in set(shipped.values())}
+    names = {name for found in candidates.values() for name in found}
+    known, installed = _apt_knows(sorted(names)), {**installed, **_installed(names)}
     advice = {}
     for path, package in shipped.items():
-        name = next((f"{package}{s}" for s in DEBUG_SUFFIXES if f"{package}{s}" in known), None)
+        name = choose_debug_package(package, candidates[package], known, installed)
         if name is not None:
             advice[path] = f"; `apt install {name}` installs its names"
         else:
             advice[path] = (f"; its names are in the {package}-dbgsym package of the distribution's debug archive "
                             "(Debian: debian-debug; Ubuntu: ddebs)")  # fmt: skip
     return advice
+
+
+def _candidates(package: str, source: str) -> list[str]:
+    """The names a package's debug symbols may go by, preferred first (see the module's docstring)."""
+    names = [f"{source}-dbg"] if source and source != package else []
+    return [*names, f"{package}-dbg", f"{package}-dbgsym"]
+
+
+def choose_debug_package(
+    package: str, candidates: list[str], known: set[str], installed: Mapping[str, tuple[str, str]]
+) -> str | None:
+    """The first of ``candidates`` that apt ``known``s and that is not installed at ``package``'s version
+    (``installed``: name -> (version, source package)); None if none is."""
+    version = installed.get(package, ("", ""))[0]
+    for name in candidates:
+        if name in known and not (version and installed.get(name, ("", ""))[0] == version):
+            return name
+    return None
+
+
+def _installed(names: set[str]) -> dict[str, tuple[str, str]]:
+    """Name -> (version, source package) of each of ``names`` that dpkg has installed."""
+    out = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${source:Package}\t${db:Status-Abbrev}\n",
+                *sorted(names)])  # fmt: skip
+    found = {}
+    for line in out.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 4 and fields[3].startswith("ii"):
+            found[fields[0]] = (fields[1], fields[2])
+    return found
 
 
 def _package_of(path: str) -> str | None:

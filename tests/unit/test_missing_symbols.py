@@ -10,7 +10,7 @@ import pytest
 from profiler.config import ExportConfig
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.session import Session, SessionMeta
-from profiler.symbolize.missing import _package_of, missing_symbol_notices
+from profiler.symbolize.missing import _candidates, _package_of, choose_debug_package, missing_symbol_notices
 
 APP, LIB = 0, 1
 
@@ -77,3 +77,21 @@ def test_with_gil_the_share_counts_only_the_samples_shown():
     assert missing_symbol_notices(session, unnamed, objects, ExportConfig(gil_only=True)) == []
     [notice] = missing_symbol_notices(session, unnamed, objects)
     assert notice.startswith("50.0% of the samples")
+
+
+def test_the_debug_package_is_named_after_the_source_first_and_never_one_installed_without_the_file():
+    """Debian's symbols of libpython3.11's library are in python3.11-dbg (named after the source package);
+    libpython3.11-dbg, which apt knows too, is the library's debug build: advised before, it installed no
+    names (a sweep). A -dbg package installed at the library's version left no debug file where nprof
+    looked, so it is passed over; one at another version is advised (installing it updates it)."""
+    known = {"python3.11-dbg", "libpython3.11-dbg", "libc6-dbg"}
+    python = ["python3.11-dbg", "libpython3.11-dbg", "libpython3.11-dbgsym"]
+    assert _candidates("libpython3.11", "python3.11") == python
+    assert _candidates("libc6", "") == ["libc6-dbg", "libc6-dbgsym"]
+    version = {"libpython3.11": ("3.11.2-6", "python3.11")}
+    assert choose_debug_package("libpython3.11", python, known, version) == "python3.11-dbg"
+    installed = {**version, "python3.11-dbg": ("3.11.2-6", "python3.11")}
+    assert choose_debug_package("libpython3.11", python, known, installed) == "libpython3.11-dbg"
+    older = {**version, "python3.11-dbg": ("3.11.2-5", "python3.11")}
+    assert choose_debug_package("libpython3.11", python, known, older) == "python3.11-dbg"
+    assert choose_debug_package("zlib1g", ["zlib-dbg", "zlib1g-dbg", "zlib1g-dbgsym"], known, {}) is None

@@ -160,6 +160,12 @@ def embedder(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def forking_host(build_dir) -> str:
+    """tests/targets/forking_host.c: a native program that starts CPython, then forks a child that runs it."""
+    return build_c("forking_host.c", build_dir, FRAME_POINTERS, name="forking_host")
+
+
+@pytest.fixture(scope="session")
 def chain_nofp(build_dir) -> str:
     """tests/targets/chain.c without frame pointers: only DWARF CFI can unwind it."""
     return build_c("chain.c", build_dir, NO_FRAME_POINTERS, name="chain-nofp")

@@ -24,6 +24,7 @@ and at export ``describe(frame)`` once per unique frame, and ``is_anchor`` / ``i
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 
@@ -100,6 +101,9 @@ class SessionStats:
     code_changed: int = 0
     #: code objects decoded from a second stop's copy of what a snapshot's walk met new (``code_ahead.py``)
     decoded_ahead: int = 0
+    #: threads (3.11+) that took over a thread state made by a thread of another process: a fork without
+    #: ``PyOS_AfterFork_Child`` (``_adopt``)
+    adopted: int = 0
 
 
 class CPythonSession:
@@ -128,6 +132,10 @@ class CPythonSession:
         if self._native_keys and status is not None and status.ns_pids[-1] != process.pid:
             self._ns_tids = {}
         self._slots: dict[int, ThreadSlot] = {}
+        #: 3.11+: thread states whose ``native_thread_id`` is no thread of this process, by their pthread
+        #: handle (``_adopt``); and the threads that took one over: tid -> that handle
+        self._orphaned: dict[int, ThreadStateInfo] = {}
+        self._adopted: dict[int, int] = {}
         self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
         self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
         self.threads = ThreadMap({}, [], [], False)
@@ -167,6 +175,13 @@ class CPythonSession:
         for key, info in threads.by_key.items():
             slot = slots[key] = self._slot_for(key, info)
             slot.tid = 0  # this walk found the state live under this key: whichever thread has it now
+        self._orphaned = self._orphaned_states(threads)
+        for tid, handle in list(self._adopted.items()):
+            info = self._orphaned.get(handle)
+            if info is None:
+                del self._adopted[tid]
+            else:
+                slots[tid] = self._slot_for(tid, info, info.native_thread_id)
         if not threads.complete:
             # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
             # every thread state's identity anyway, and the next walk comes soon
@@ -175,12 +190,26 @@ class CPythonSession:
         self._slots = slots
         self.threads = threads
 
-    def _slot_for(self, key: int, info: ThreadStateInfo) -> ThreadSlot:
+    def _orphaned_states(self, threads: ThreadMap) -> dict[int, ThreadStateInfo]:
+        """pthread handle -> thread state, for the states (3.11+) whose ``native_thread_id`` is no thread
+        of this process: made by a thread of the process it was forked from, where the fork did not go
+        through ``PyOS_AfterFork_Child``, which sets it anew. Not in a pid namespace of the target's own,
+        whose tids /proc does not list (the states there are never taken for orphans)."""
+        if not self._native_keys or self._ns_tids is not None or not threads.states:
+            return {}
+        try:
+            live = {int(tid) for tid in os.listdir(f"/proc/{self.process.pid}/task")}
+        except (OSError, ValueError):
+            return {}
+        return {info.thread_id: info for info in threads.states
+                if info.native_thread_id not in live and info.native_thread_id and info.thread_id}  # fmt: skip
+
+    def _slot_for(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> ThreadSlot:
         """The slot of ``key`` for the thread state ``info``: the one it has if that is for the same state
-        (its read plan goes on), else a new one."""
+        (its read plan goes on), else a new one (``ident``: ``ThreadSlot.ident``)."""
         slot = self._slots.get(key)
         if slot is None or slot.info.addr != info.addr:
-            return ThreadSlot(key, info)
+            return ThreadSlot(key, info, ident)
         slot.info = info
         return slot
 
@@ -202,7 +231,7 @@ class CPythonSession:
         slot = self._bound_slot(key, tid) if key is not None else None
         self.stats.captures += 1
         if slot is None and key is not None:
-            slot = self._find_new(key, tid)
+            slot = self._adopt(tid, regs) or self._find_new(key, tid)
         if slot is None:
             self.stats.unmapped += 1
             if tid == self._main_tid:
@@ -212,11 +241,11 @@ class CPythonSession:
             unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
             unmapped.key = key
             return unmapped
-        out = self._copy(slot, tid, key)
+        out = self._copy(slot, tid)
         if self._maybe_anothers(out):
             fresh = self._find_new(key, tid)
             if fresh is not None:
-                out = self._copy(fresh, tid, key)
+                out = self._copy(fresh, tid)
         if out.status == CaptureStatus.STALE:
             self.walks.lost(tid)
         return out
@@ -229,14 +258,14 @@ class CPythonSession:
         chain: 1-3% of the samples in an eval loop of a 3.10 thread per request had no Python frame."""
         return out.status == CaptureStatus.STALE or (not out.addrs and not self._native_keys)
 
-    def _copy(self, slot: ThreadSlot, tid: int, key: int) -> StackCapture:
+    def _copy(self, slot: ThreadSlot, tid: int) -> StackCapture:
         """The walk of ``capture`` through a stopped thread's slot, and the new code objects it met decoded."""
         if slot.pending is not None:
             self._rebuild(slot)  # the sampler did not decode the previous capture: plan now
         slot.walk_next = False  # this walk decodes whatever it meets new (the slot's ``ahead`` waits on)
         reader = self._reader
         reader.begin(slot.plan)
-        out, wanted = self._copier.copy(reader, tid, key, slot.info)
+        out, wanted = self._copier.copy(reader, tid, slot.ident, slot.info)
         slot.note(wanted, reader.misses > 0, reader.unread_range())
         self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         return out
@@ -278,6 +307,24 @@ class CPythonSession:
             return slot
         if slot.tid:
             return None
+        slot.tid = tid
+        return slot
+
+    def _adopt(self, tid: int, regs: object) -> ThreadSlot | None:
+        """In the stop of a thread with no thread state under its tid (3.11+): the orphaned state that has
+        its pthread handle (``_orphaned_states``), taken over for it. A process that forks after starting
+        the interpreter without ``PyOS_AfterFork_Child`` (uWSGI's master, before its workers run Python)
+        leaves the child's main thread running the parent's thread state, with the parent's tid in it: the
+        child copied the parent's memory, so the handle, an address of that thread's, is the same. Every
+        sample of a uWSGI worker's main thread lacked its Python frames."""
+        if not self._orphaned:
+            return None
+        info = self._orphaned.get(regs.fs_base)  # type: ignore[attr-defined]
+        if info is None:
+            return None
+        self.stats.adopted += 1
+        self._adopted[tid] = info.thread_id
+        slot = self._slots[tid] = self._slot_for(tid, info, info.native_thread_id)
         slot.tid = tid
         return slot
 
@@ -370,7 +417,7 @@ class CPythonSession:
         ahead = data.ahead  # kept on the slot while the copy is not settled (a second stop, or a walk in full)
         reader.replay(snap)
         try:
-            out, wanted = self._copier.copy(reader, snap.tid, data.key, data.info)
+            out, wanted = self._copier.copy(reader, snap.tid, data.ident, data.info)
             missed = reader.missed
             unread = reader.unread_range() if missed is not None else None
         finally:

@@ -18,10 +18,13 @@ class ThreadSlot:
     """Per OS thread: its thread state, the read plan of its next capture, and what the last capture asked
     the next plan to cover (``pending``: rebuilt after resume, ``plan.next_ranges`` says how)."""
 
-    __slots__ = ("key", "info", "used", "pending", "snap", "clean", "tid", "check", "_ahead", "walk_next")
+    __slots__ = ("key", "ident", "info", "used", "pending", "snap", "clean", "tid", "check", "_ahead", "walk_next")
 
-    def __init__(self, key: int, info: ThreadStateInfo) -> None:
+    def __init__(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
+        #: what the thread state's own id field holds while it is this thread's (a capture checks it): the key,
+        #: but for a state made in the process this one was forked from (``CPythonSession._adopt``)
+        self.ident = key if ident is None else ident
         self.info = info
         self.snap = Snapshot()  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then cframes and frames

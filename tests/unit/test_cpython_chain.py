@@ -905,6 +905,7 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session._native_keys = session._copier.native_keys
     session._ns_tids = None  # the target is in nprof's pid namespace
     session._slots = {TID: ThreadSlot(TID, info)}
+    session._orphaned, session._adopted = {}, {}
     session.process = SimpleNamespace(read=target.read)
     session.threads = ThreadMap({}, [], [], True)  # no walk: no search for a thread's state in its stop
     session.walks = WalkSchedule()

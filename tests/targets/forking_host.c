@@ -1,0 +1,56 @@
+/* Test target: a native program that starts CPython and then forks, with no PyOS_AfterFork_Child, as uWSGI's
+ * master does before its workers run Python (unless --py-call-osafterfork).
+ *
+ *   child: main -> child_calls_python -> PyRun_SimpleString -> ... -> outer -> middle -> inner (Python)
+ *
+ * argv[1]: the libpython to dlopen (the interpreter's home comes from PYTHONHOME); argv[2]: seconds of
+ * Python the child runs. The parent waits for the child. The child's main thread keeps the thread state
+ * the parent made, whose native_thread_id (3.11+) is the parent's tid: no thread of the child has it.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+static const char SCRIPT[] =
+    "import time\n"
+    "def inner(until):\n"
+    "    n = 0\n"
+    "    while time.monotonic() < until:\n"
+    "        n += 1\n"
+    "def middle(until):\n"
+    "    inner(until)\n"
+    "def outer(until):\n"
+    "    middle(until)\n"
+    "outer(time.monotonic() + SECONDS)\n";
+
+volatile int ran; /* set after the call, so that it is not a tail call */
+
+NOINLINE int child_calls_python(int (*run)(const char *), const char *seconds) {
+    char code[sizeof SCRIPT + 64];
+    snprintf(code, sizeof code, "SECONDS = %s\n%s", seconds, SCRIPT);
+    int status = run(code);
+    ran = 1;
+    return status;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    void *libpython = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
+    if (!libpython) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 1;
+    }
+    void (*initialize)(void) = (void (*)(void))dlsym(libpython, "Py_Initialize");
+    int (*run)(const char *) = (int (*)(const char *))dlsym(libpython, "PyRun_SimpleString");
+    if (!initialize || !run) return 1;
+    initialize();
+    pid_t child = fork();
+    if (child < 0) return 1;
+    if (child == 0) _exit(child_calls_python(run, argv[2]) != 0);
+    int status;
+    if (waitpid(child, &status, 0) != child) return 1;
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}

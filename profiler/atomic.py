@@ -109,16 +109,20 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def write_output(path: str, data: bytes) -> None:
     """Write a user's output file: atomically where it is a regular file (or a link to one, which stays a
-    link), written through where it is a stream (see the module's docstring)."""
-    if path == STDOUT:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    elif is_stream(path):
-        with open(path, "wb") as f:
-            f.write(data)
-    else:
-        write_bytes(os.path.realpath(path), data)
+    link), written through where it is a stream (see the module's docstring). A failure of the write itself
+    (a full disk, ``> /dev/full``) is an ``OutputError``, as one found before it is."""
+    try:
+        if path == STDOUT:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        elif is_stream(path):
+            with open(path, "wb") as f:
+                f.write(data)
+        else:
+            write_bytes(os.path.realpath(path), data)
+    except OSError as e:
+        raise OutputError(f"Cannot write {output_label(path)}: {e.strerror or e}.") from e
 
 
 def _umask() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import BinaryIO
@@ -183,7 +184,8 @@ class Session:
         try:
             with np.load(path, allow_pickle=False) as z:
                 arrays = {name: z[name] for name in z.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
+            # (zlib.error: a member whose deflated bytes are damaged, which zipfile lets through as they are)
             raise SessionFormatError(f"{path}: corrupt or truncated session file ({e}).") from None
         return _from_arrays(path, arrays)
 

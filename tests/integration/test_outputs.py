@@ -111,3 +111,19 @@ def test_report_idle_of_a_recording_without_idle_says_its_idle_stacks_are_stale(
     assert plain.returncode == exact.returncode == 0, plain.stderr + exact.stderr
     assert "recorded without --idle: an idle sample shows the stack" in plain.stderr
     assert "recorded without --idle" not in exact.stderr
+
+
+def test_report_to_a_full_device_is_an_error_not_a_traceback(chain_fp, tmp_path):
+    """A write that fails as it is made (a full disk; /dev/full) was an internal error of `report`, with a
+    traceback and status 70 (a sweep); `record` already said so in one line."""
+    with running_target([chain_fp]) as target:
+        assert record(target.pid, "-o", str(tmp_path / "chain.folded"), cwd=str(tmp_path)).returncode == 0
+    session = str(tmp_path / "chain.nprof")
+    to_device = run_nprof("report", session, "-o", "/dev/full", "-f", "folded")
+    with open("/dev/full", "wb") as full:
+        to_stdout = subprocess.run(nprof_command("report", session, "-f", "folded"), stdout=full,
+                                   stderr=subprocess.PIPE, text=True, timeout=60)  # fmt: skip
+    for result, where in ((to_device, "/dev/full"), (to_stdout, "standard output")):
+        assert result.returncode == 5, result.stderr
+        assert f"nprof: error: Cannot write {where}: No space left on device." in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr

@@ -22,16 +22,17 @@ _ANONYMOUS_NAMESPACE = "(anonymous namespace)"
 
 #: the counters that are errors, and what each counts, as the end of a recording lists them
 ERROR_COUNTERS = {
-    "stack_read_errors": "stack copies failed",
-    "agent_capture_errors": "runtime captures failed",
-    "agent_decode_errors": "runtime decodes failed",
-    "agent_refresh_errors": "runtime refreshes failed",
-    "agent_settle_errors": "runtime settles failed",
-    "stack_outside_mappings": "stack pointers outside every mapping",
-    "python_stacks_truncated": "Python stacks cut short (a looping or unreadable chain)",
-    "python_stacks_unreadable": "Python thread states unreadable",
-    "python_code_unreadable": "Python code objects unreadable",
-}
+    "stack_read_errors": ("stack copy failed", "stack copies failed"),
+    "agent_capture_errors": ("runtime capture failed", "runtime captures failed"),
+    "agent_decode_errors": ("runtime decode failed", "runtime decodes failed"),
+    "agent_refresh_errors": ("runtime refresh failed", "runtime refreshes failed"),
+    "agent_settle_errors": ("runtime settle failed", "runtime settles failed"),
+    "stack_outside_mappings": ("stack pointer outside every mapping", "stack pointers outside every mapping"),
+    "python_stacks_truncated": ("Python stack cut short (a looping or unreadable chain)",
+                                "Python stacks cut short (a looping or unreadable chain)"),
+    "python_stacks_unreadable": ("Python thread state unreadable", "Python thread states unreadable"),
+    "python_code_unreadable": ("Python code object unreadable", "Python code objects unreadable"),
+}  # fmt: skip
 
 
 def error_count(session: Session, sampler: Sampler | None = None) -> int:
@@ -40,11 +41,12 @@ def error_count(session: Session, sampler: Sampler | None = None) -> int:
 
 def error_summary(session: Session) -> str:
     """"0 errors", or the count and what they were, most first (each counter is in the session file)."""
-    counts = sorted(((session.counters.get(c, 0), text) for c, text in ERROR_COUNTERS.items()), reverse=True)
+    counts = sorted(((session.counters.get(c, 0), texts) for c, texts in ERROR_COUNTERS.items()), reverse=True)
     total = sum(n for n, _ in counts)
     if not total:
         return "0 errors"
-    return f"{total} errors: " + ", ".join(f"{n:,} {text}" for n, text in counts if n)
+    return f"{total:,} error{'' if total == 1 else 's'}: " + ", ".join(
+        f"{n:,} {texts[n != 1]}" for n, texts in counts if n)
 
 
 class StatusLine:

@@ -262,3 +262,12 @@ def test_the_errors_at_the_end_say_what_they_were():
     assert error_summary(session) == "0 errors"
     session.counters.update(python_stacks_unreadable=2, stack_read_errors=5, python_stacks_too_deep=9)
     assert error_summary(session) == "7 errors: 5 stack copies failed, 2 Python thread states unreadable"
+
+
+def test_one_error_is_said_in_the_singular():
+    session = session_with_two_threads()
+    session.counters.update(python_stacks_truncated=1)
+    assert error_summary(session) == "1 error: 1 Python stack cut short (a looping or unreadable chain)"
+    session.counters.update(stack_read_errors=1)
+    cut = "1 Python stack cut short (a looping or unreadable chain)"
+    assert error_summary(session) in (f"2 errors: 1 stack copy failed, {cut}", f"2 errors: {cut}, 1 stack copy failed")

@@ -271,3 +271,20 @@ def test_one_error_is_said_in_the_singular():
     session.counters.update(stack_read_errors=1)
     cut = "1 Python stack cut short (a looping or unreadable chain)"
     assert error_summary(session) in (f"2 errors: 1 stack copy failed, {cut}", f"2 errors: {cut}, 1 stack copy failed")
+
+
+def test_process_labels_keep_what_tells_multiprocessing_s_processes_apart():
+    """Cut at 60 characters, every worker, the resource tracker and the forkserver of a pool were labelled
+    "python -B -c from multip..." (a sweep): the program is named by its file name, and 160 are kept."""
+    from profiler.tree.calltree import process_labels
+
+    session = Session(SessionMeta(pid=1, command=["python"]))
+    spawn = ["/root/.pyenv/versions/3.12.1/bin/python", "-B", "-c", "from multiprocessing.spawn import spawn_main; "
+             "spawn_main(tracker_fd=8, pipe_handle=10)", "--multiprocessing-fork"]  # fmt: skip
+    session.meta.processes = {1: ["/usr/bin/python3", "pool.py"], 2: spawn}
+    for pid in (1, 2):
+        session.thread_index(pid, pid, 1, "MainThread")
+    labels = process_labels(session)
+    assert labels[1] == "pid 1 [python3 pool.py]"
+    assert labels[2].startswith("pid 2 [python -B -c from multiprocessing.spawn")
+    assert labels[2].endswith("--multiprocessing-fork]")

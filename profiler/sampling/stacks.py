@@ -73,10 +73,10 @@ class StackRecorder:
         sid, in_gil_wait, outcome = hit
         if outcome is not None:
             session.count(outcome)
-        if runtime and cls is not SampleClass.IDLE:  # (a job-control stop: neither waiting nor holding)
+        if cls is not SampleClass.IDLE:  # (a job-control stop: neither waiting nor holding)
             if in_gil_wait:
                 cls = SampleClass.GIL_WAIT
-            elif target.holds_gil is not None and target.holds_gil(capture.agent_data):
+            elif runtime and target.holds_gil is not None and target.holds_gil(capture.agent_data):
                 cls = SampleClass.GIL_HELD
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
@@ -119,7 +119,9 @@ class StackRecorder:
         """The stack id of one distinct stack; whether it is inside the runtime's lock wait (``take_gil``);
         the name of the merge counter it adds to, if its merge was not exact."""
         keys, outcome = self._keys(target, native, runtime, stop)
-        in_gil_wait = bool(runtime) and any(target.flags(f)[1] for f in native)
+        # (with no runtime frame too: a thread about to run its first Python code, or a C thread calling into
+        # Python through PyGILState_Ensure, waits in take_gil before it has a frame)
+        in_gil_wait = any(target.flags(f)[1] for f in native)
         exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME, MergeOutcome.REST, MergeOutcome.OTHER_STACK)
         return self.session.intern_stack(keys), in_gil_wait, None if exact else f"merge_{outcome.name.lower()}"
 

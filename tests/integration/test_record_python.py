@@ -836,3 +836,52 @@ def test_a_child_forked_without_the_interpreter_s_after_fork_has_its_python_fram
     chain = ("child_calls_python", "outer", "middle", "inner")
     hosted, total = share(child.detailed, lambda s: subsequence(tuple(n for n, _f, _l in s), chain))
     assert hosted >= 0.9 * total, f"{hosted} of {total} samples of the child show {chain}"
+
+
+#: three threads contend for the GIL while the main thread starts a thread every 2 ms: each new thread
+#: waits for the GIL in take_gil before its first Python frame (``thread_run`` -> ``PyEval_AcquireThread``)
+_STARTS_THREADS_WHILE_BUSY = """
+import threading, time
+def work():
+    sum(range(2000))
+def spin(until):
+    while time.monotonic() < until:
+        pass
+end, started = time.monotonic() + 2, []
+for _ in range(3):
+    threading.Thread(target=spin, args=(end,)).start()
+while time.monotonic() < end:
+    t = threading.Thread(target=work)
+    t.start()
+    started.append(t)
+    stop = time.monotonic() + 0.002
+    while time.monotonic() < stop:
+        pass
+for t in started:
+    t.join()
+"""
+
+
+@pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
+def test_a_thread_waiting_for_the_gil_before_its_first_frame_is_waiting_for_the_gil(interp, tmp_path):
+    """A new thread waits in take_gil before it runs any Python: it was classed blocked, not waiting for the
+    GIL, since only samples with Python frames were looked at (``nprof dump`` showed it "sleeping" beside
+    "waiting for the GIL" neighbours: a sweep). Every sample in take_gil is waiting for the GIL now, and those
+    without Python frames have no eval loop below them either: none lost its frames."""
+    out = str(tmp_path / "starts.folded")
+    result = run_nprof("record", "--idle", "-r", "500", "-o", out, "--", interp.path, "-c", _STARTS_THREADS_WHILE_BUSY)
+    assert result.returncode == 0, result.stderr
+    session = Session.load(str(tmp_path / "starts.nprof"))
+    assert session.frame_info is not None
+    names, kinds = [info.name for info in session.frame_info], session.frames.kinds()
+    in_take_gil: Counter = Counter()
+    for (_t, sid, _s, cls), n in session.samples.items():
+        frames = session.stacks.frames(sid)
+        if any(names[f] == "take_gil" for f in frames):
+            runtime = any(kinds[f] == FrameKind.RUNTIME for f in frames)
+            in_take_gil[(SampleClass(cls), runtime)] += n
+            if not runtime:
+                assert not any(names[f] == "_PyEval_EvalFrameDefault" for f in frames), "lost its Python frames"
+    frameless = sum(n for (cls, runtime), n in in_take_gil.items() if not runtime)
+    assert frameless > 0, f"some samples catch a new thread in take_gil: {in_take_gil}"
+    assert set(cls for cls, _runtime in in_take_gil) == {SampleClass.GIL_WAIT}, in_take_gil

@@ -15,41 +15,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "embedded_chain.h"
+#include "traced.h"
+
 #define NOINLINE __attribute__((noinline))
 
-static const char SCRIPT[] =
-    "import time\n"
-    "def inner(until):\n"
-    "    n = 0\n"
-    "    while time.monotonic() < until:\n"
-    "        n += 1\n"
-    "def middle(until):\n"
-    "    inner(until)\n"
-    "def outer(until):\n"
-    "    middle(until)\n"
-    "outer(time.monotonic() + SECONDS)\n";
-
 volatile int ran; /* set after the call, so that it is not a tail call */
-
-static int traced(void) {
-    char line[256];
-    int pid = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "TracerPid:", 10) == 0) pid = atoi(line + 10);
-    fclose(f);
-    return pid != 0;
-}
 
 NOINLINE int host_calls_python(void *libpython, const char *seconds) {
     void (*initialize)(void) = (void (*)(void))dlsym(libpython, "Py_Initialize");
     int (*run)(const char *) = (int (*)(const char *))dlsym(libpython, "PyRun_SimpleString");
     if (!initialize || !run) return 1;
     initialize();
-    char code[sizeof SCRIPT + 64];
-    snprintf(code, sizeof code, "SECONDS = %s\n%s", seconds, SCRIPT);
-    int status = run(code);
+    int status = run_embedded_chain(run, seconds);
     ran = 1;
     return status;
 }
@@ -59,8 +37,7 @@ int main(int argc, char **argv) {
     int ready_fd = atoi(argv[1]);
     if (write(ready_fd, "ready\n", 6) != 6) return 1;
     close(ready_fd);
-    struct timespec poll = {0, 1000000}; /* 1 ms between looks at TracerPid */
-    while (!traced()) nanosleep(&poll, NULL);
+    wait_until_traced();
     void *libpython = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
     if (!libpython) {
         fprintf(stderr, "%s\n", dlerror());

@@ -12,26 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define NOINLINE __attribute__((noinline))
+#include "embedded_chain.h"
 
-static const char SCRIPT[] =
-    "import time\n"
-    "def inner(until):\n"
-    "    n = 0\n"
-    "    while time.monotonic() < until:\n"
-    "        n += 1\n"
-    "def middle(until):\n"
-    "    inner(until)\n"
-    "def outer(until):\n"
-    "    middle(until)\n"
-    "outer(time.monotonic() + SECONDS)\n";
+#define NOINLINE __attribute__((noinline))
 
 volatile int ran; /* set after the call, so that it is not a tail call */
 
 NOINLINE int child_calls_python(int (*run)(const char *), const char *seconds) {
-    char code[sizeof SCRIPT + 64];
-    snprintf(code, sizeof code, "SECONDS = %s\n%s", seconds, SCRIPT);
-    int status = run(code);
+    int status = run_embedded_chain(run, seconds);
     ran = 1;
     return status;
 }

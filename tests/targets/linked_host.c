@@ -8,26 +8,16 @@
  * addresses of None or of the type objects from libpython's symbols compares against objects nobody uses.
  */
 #include <Python.h>
-#include <stdio.h>
+
+#include "embedded_chain.h"
 
 #define NOINLINE __attribute__((noinline))
 
 volatile int ran; /* set after the call, so that it is not a tail call */
 
 NOINLINE int host_calls_python(const char *seconds) {
-    char code[512];
-    snprintf(code, sizeof code,
-             "import time\n"
-             "def inner(until):\n"
-             "    n = 0\n"
-             "    while time.monotonic() < until:\n"
-             "        n += 1\n"
-             "def middle(until):\n"
-             "    inner(until)\n"
-             "def outer(until):\n"
-             "    middle(until)\n"
-             "outer(time.monotonic() + %s)\n",
-             seconds);
+    char code[EMBEDDED_CHAIN_SIZE];
+    embedded_chain(code, sizeof code, seconds);
     int status = PyRun_SimpleString(code);
     ran = 1;
     return status;

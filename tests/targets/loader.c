@@ -17,20 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "traced.h"
+
 #define NOINLINE __attribute__((noinline))
 
 volatile int loaded; /* counted after each hot(), so that the call is not a tail call */
-
-static int traced(void) {
-    char line[256];
-    int pid = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "TracerPid:", 10) == 0) pid = atoi(line + 10);
-    fclose(f);
-    return pid != 0;
-}
 
 NOINLINE void run_library(const char *path, long ms) {
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -57,8 +48,7 @@ int main(int argc, char **argv) {
     int ready_fd = atoi(argv[1]);
     if (write(ready_fd, "ready\n", 6) != 6) return 1;
     close(ready_fd);
-    struct timespec poll = {0, 1000000}; /* 1 ms between looks at TracerPid */
-    while (!traced()) nanosleep(&poll, NULL);
+    wait_until_traced();
     for (int i = 3; i < argc; i++) run_library(argv[i], atol(argv[2]));
     return 0;
 }

@@ -193,14 +193,18 @@ class CPythonSession:
     def _orphaned_states(self, threads: ThreadMap) -> dict[int, ThreadStateInfo]:
         """pthread handle -> thread state, for the states (3.11+) whose ``native_thread_id`` is no thread
         of this process: made by a thread of the process it was forked from, where the fork did not go
-        through ``PyOS_AfterFork_Child``, which sets it anew. Not in a pid namespace of the target's own,
-        whose tids /proc does not list (the states there are never taken for orphans)."""
-        if not self._native_keys or self._ns_tids is not None or not threads.states:
+        through ``PyOS_AfterFork_Child``, which sets it anew. In a pid namespace of the target's own (a
+        container), the threads are those whose tid there was learnt (``_learn_key``: every thread captured
+        once), which a thread's capture does before its state is looked for by its handle."""
+        if not self._native_keys or not threads.states:
             return {}
-        try:
-            live = {int(tid) for tid in os.listdir(f"/proc/{self.process.pid}/task")}
-        except (OSError, ValueError):
-            return {}
+        if self._ns_tids is not None:
+            live = set(self._ns_tids.values())
+        else:
+            try:
+                live = {int(tid) for tid in os.listdir(f"/proc/{self.process.pid}/task")}
+            except (OSError, ValueError):
+                return {}
         return {info.thread_id: info for info in threads.states
                 if info.native_thread_id not in live and info.native_thread_id and info.thread_id}  # fmt: skip
 

@@ -816,20 +816,29 @@ def test_a_program_holding_copies_of_python_s_objects_has_its_python_frames(inte
     assert total > 0 and hosted >= 0.95 * total, f"{hosted} of {total} samples show host_calls_python -> {chain}"
 
 
+@pytest.mark.parametrize("namespace", [False, True], ids=["its-parent-s-pid-namespace", "own-pid-namespace"])
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.11", "3.13")])
-def test_a_child_forked_without_the_interpreter_s_after_fork_has_its_python_frames(interp, forking_host, tmp_path):
+def test_a_child_forked_without_the_interpreter_s_after_fork_has_its_python_frames(
+    interp, namespace, forking_host, tmp_path
+):
     """A program that forks after starting the interpreter, without ``PyOS_AfterFork_Child`` (uWSGI's
     master before its workers), leaves the child's main thread on the parent's thread state, whose
     ``native_thread_id`` (3.11+) is the parent's tid: every sample of a uWSGI worker's main thread lacked
     its Python frames, with a notice calling it a bug of nprof's. The state is found by its pthread handle,
-    which the child's thread shares with the parent's (3.8 maps threads so anyway)."""
+    which the child's thread shares with the parent's (3.8 maps threads so anyway); in a container's pid
+    namespace too."""
     libpython = _shared_libpython(interp)
     if libpython is None:
         pytest.skip(f"{interp.path} is not built with --enable-shared")
+    container: list[str] = []
+    if namespace:
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.skip("unshare -p needs root")
+        container = ["unshare", "-p", "-f", "--mount-proc"]
     prefix = os.path.dirname(os.path.dirname(interp.path))
     out = str(tmp_path / "forked.speedscope.json")
-    result = run_nprof("record", "--subprocesses", "-r", "200", "-o", out, "--", "env", f"PYTHONHOME={prefix}",
-                       forking_host, libpython, "1.5")  # fmt: skip
+    result = run_nprof("record", "--subprocesses", "-r", "200", "-o", out, "--", *container, "env",
+                       f"PYTHONHOME={prefix}", forking_host, libpython, "1.5")  # fmt: skip
     assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     assert "matched none" not in result.stderr, result.stderr
     [child] = [p for p in read_speedscope(out) if any("child_calls_python" in s for s in p.stacks)]

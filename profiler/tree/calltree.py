@@ -6,7 +6,6 @@ number of distinct stacks whatever the recording's length.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,25 +81,20 @@ def expand_stack(
 
 
 #: the longest command shown in a process's label: enough for what tells multiprocessing's processes apart,
-#: which comes last ("python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=8,
-#: pipe_handle=10) --multiprocessing-fork", 122 characters; at 60, every worker, the resource tracker and
-#: the forkserver were all "python -B -c from multip...")
+#: which comes last ("/root/.pyenv/versions/3.12.1/bin/python -B -c from multiprocessing.spawn import
+#: spawn_main; spawn_main(tracker_fd=8, pipe_handle=10) --multiprocessing-fork", 155 characters; at 60,
+#: every worker, the resource tracker and the forkserver were all ".../bin/python -B -c from multip...")
 LABEL_COMMAND_WIDTH = 160
 
 
 def process_labels(session: Session) -> dict[int, str]:
-    """pid -> ``pid N [command]`` for a session of several processes (``--subprocesses``); empty for a
-    session of one, whose every profile is that process's. The program is named by its file name (the
-    session keeps its whole command line), and the command cut to ``LABEL_COMMAND_WIDTH`` characters."""
+    """pid -> ``pid N [command]`` for a session of several processes (``--subprocesses``), the command cut to
+    ``LABEL_COMMAND_WIDTH`` characters; empty for a session of one, whose every profile is that process's."""
     pids = {t.pid for t in session.threads}
     if len(pids) <= 1:
         return {}
-    labels = {}
-    for pid in pids:
-        argv = session.meta.processes.get(pid, [])
-        argv = [os.path.basename(argv[0]) or argv[0], *argv[1:]] if argv else argv
-        labels[pid] = f"pid {pid} [{command_line(argv, LABEL_COMMAND_WIDTH)}]"
-    return labels
+    return {pid: f"pid {pid} [{command_line(session.meta.processes.get(pid, []), LABEL_COMMAND_WIDTH)}]"
+            for pid in pids}  # fmt: skip
 
 
 def command_line(argv: Sequence[str], width: int | None = None) -> str:

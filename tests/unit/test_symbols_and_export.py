@@ -275,7 +275,7 @@ def test_one_error_is_said_in_the_singular():
 
 def test_process_labels_keep_what_tells_multiprocessing_s_processes_apart():
     """Cut at 60 characters, every worker, the resource tracker and the forkserver of a pool were labelled
-    "python -B -c from multip..." (a sweep): the program is named by its file name, and 160 are kept."""
+    ".../bin/python -B -c from multip..." (a sweep): 160 are kept, a spawn worker's whole command line."""
     from profiler.tree.calltree import process_labels
 
     session = Session(SessionMeta(pid=1, command=["python"]))
@@ -285,6 +285,5 @@ def test_process_labels_keep_what_tells_multiprocessing_s_processes_apart():
     for pid in (1, 2):
         session.thread_index(pid, pid, 1, "MainThread")
     labels = process_labels(session)
-    assert labels[1] == "pid 1 [python3 pool.py]"
-    assert labels[2].startswith("pid 2 [python -B -c from multiprocessing.spawn")
-    assert labels[2].endswith("--multiprocessing-fork]")
+    assert labels[1] == "pid 1 [/usr/bin/python3 pool.py]"
+    assert labels[2] == f"pid 2 [{' '.join(spawn)}]"

@@ -54,6 +54,10 @@ RED_ZONE = 128
 #: holds: 484 MB of memory for 400 threads (a sweep); past this, a copy pages in what it writes.
 PAGED_IN_AT_MOST = 64 << 10
 
+#: seconds ``detach_all`` waits at most for threads that keep stopping: a bound on nprof's end, where each
+#: stop answered gives the rest its ``timeout`` again (the kernel detaches any left when nprof exits)
+DETACH_AT_MOST = 60.0
+
 #: ``Tracer._held``'s way to resume a group-stopped thread: PTRACE_LISTEN (any other value is the signal that
 #: PTRACE_CONT delivers, 0 for none)
 LISTEN = -1
@@ -480,6 +484,11 @@ class Tracer:
         """Stop each thread briefly and PTRACE_DETACH it. Returns tids that did not stop in time; the kernel
         detaches those when nprof exits (no EXITKILL), and their pending interrupt is cleared then.
 
+        ``timeout`` runs from the last stop answered, not from the start, up to ``DETACH_AT_MOST``: on a
+        machine whose CPUs a target's threads keep busy, nprof gets little time itself, and 1000 threads
+        took longer than 2 s to answer; those that stopped after the give-up waited in their stop, 65 of
+        them, until nprof had written its outputs and exited (16 s), and got no sample either (a sweep).
+
         Threads in uninterruptible sleep (a hung program, what ``nprof dump`` is run on) are waited for one
         stop deadline, not ``timeout``: they stop when they wake, which may be never, and waiting the whole
         of it made every dump of a hung process 2 s longer."""
@@ -531,6 +540,7 @@ class Tracer:
                     self._wait_for_orphans(waiting)
                     continue
                 record = waiting.pop(tid)
+                deadline = min(max(deadline, time.monotonic() + timeout), start + DETACH_AT_MOST)
                 if (status & 0xFF) != 0x7F:
                     self._exited(tid, status)
                     continue

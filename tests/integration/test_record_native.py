@@ -465,6 +465,25 @@ def test_a_thread_id_given_as_pid_records_its_process(threads_fp, tmp_path):
     assert len(read_speedscope(out)) > 1, "every thread of the process is recorded"
 
 
+def test_a_recording_says_which_threads_it_could_not_detach(tmp_path):
+    """A thread in uninterruptible sleep stops for nothing, so ``record`` cannot detach it: it stays traced
+    until nprof exits (the kernel then lets it go). That was counted (``threads_not_detached``) and said to
+    nobody, and with ``--idle`` the thread was missing from the profile without a word (a sweep)."""
+    binary = build_c("stuck.c", str(tmp_path), FRAME_POINTERS, name="stuck")
+    out = str(tmp_path / "stuck.folded")
+    with running_target([binary]) as target:
+        assert wait_until(lambda: procfs.read_status(target.pid).state == "D")
+        with open(f"/proc/{target.pid}/task/{target.pid}/children") as f:
+            [child] = [int(pid) for pid in f.read().split()]
+        try:
+            result = run_nprof("record", "--pid", str(target.pid), "--idle", "-d", "1", "-o", out)
+            assert_running_free(target.pid)
+        finally:
+            os.kill(child, signal.SIGKILL)
+    assert result.returncode == 0, result.stderr
+    assert "1 thread(s) did not stop to be detached (1 in uninterruptible sleep (D))" in result.stderr, result.stderr
+
+
 def test_dump_lists_a_thread_that_cannot_stop_and_says_why(tmp_path):
     """A thread in uninterruptible sleep ("D": a hung program waiting in the kernel) does not stop for
     ptrace until it wakes. ``nprof dump`` left it out without a word, though a hung thread is what one runs

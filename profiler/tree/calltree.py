@@ -139,4 +139,6 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
 def function_label(frame: FrameInfo) -> str:
     """How a function is shown in tables: its name, and the module (native) or file (runtime) it is in."""
     where = frame.module or frame.file
-    return f"{frame.name} ({where})" if where and where not in frame.name else frame.name
+    if not where or frame.name == where or frame.name.startswith(f"{where}+0x"):  # (an unnamed address)
+        return frame.name
+    return f"{frame.name} ({where})"

@@ -52,3 +52,13 @@ TORCH_KERNEL = (
 )
 def test_a_long_function_label_is_shortened_for_the_table(label, short):
     assert short_label(label) == short and len(short) <= 100
+
+
+def test_a_function_named_like_its_module_keeps_the_module_in_its_label():
+    """Only an unnamed address ("libz.so.1+0x5d80") already says its module: a function whose name merely
+    contains the module's ("spin_leaf" in "spin") was shown without it, beside "worker (spin)" (a sweep)."""
+    from profiler.model import FrameInfo
+    from profiler.tree.calltree import function_label
+
+    assert function_label(FrameInfo("spin_leaf", module="spin")) == "spin_leaf (spin)"
+    assert function_label(FrameInfo("libz.so.1+0x5d80", module="libz.so.1")) == "libz.so.1+0x5d80"

@@ -117,6 +117,9 @@ class SampledProcesses:
                 self._note_agents()
             finally:
                 self.tracer.resume_exec(pid)  # (no-op for one let go)
+            for record in self.tracer.seized.threads_of(pid):
+                if record.user is not None:
+                    record.user.exec_resumed(record.proc.schedstat())
 
     def _let_go_if_foreign(self, target: Target) -> bool:
         """A process that exec'd a program of another architecture is detached from its exec stop and no

@@ -1421,6 +1421,7 @@ def test_a_new_thread_with_an_exited_ones_pthread_handle_is_not_read_as_it(targe
     ask again."""
     info, _frames = chain(target, ["b", "a"])
     session = session_over(target, info)
+    session.threads = ThreadMap({}, [info], [], True)  # a walk found a state: the interpreter has started
     assert session.capture(TID, REGS).status is CaptureStatus.OK  # binds the slot to TID
     other = TID + 1
     assert session.snapshot(other, REGS) is None
@@ -1500,3 +1501,16 @@ def test_a_snapshot_of_another_threads_state_is_captured_again_with_the_threads_
     data = session.snapshot(TID, REGS)
     settled = session.settle(data) if data is not None else session.capture(TID, REGS)
     assert settled.status is CaptureStatus.STALE and session.stats.not_its_own == 1
+
+
+@pytest.mark.parametrize("target", LAYOUTS, indirect=True)
+def test_a_thread_unmapped_before_the_interpreter_has_a_state_asks_for_every_walk(target):
+    """While no walk has found a thread state (the interpreter still starting), each unmapped capture asks
+    for a walk at once, and those walks do not use up the two a thread gets: the main thread's two were
+    spent before its state existed, and its next 10-12 samples at 200 Hz had no Python frames."""
+    info, _frames = chain(target, ["b", "a"])
+    session = session_over(target, info)
+    session._slots = {}
+    for _ in range(4):
+        session.walks.walked(0.0, complete=True)  # a walk that found nothing
+        assert unmapped(session.capture(TID, REGS)) and session.walks.soon

@@ -11,7 +11,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
 from profiler.model import FrameKind, Module, StopReason
 from profiler.sampling.session import Session
-from profiler.target.procfs import read_comm, read_status
+from profiler.target.procfs import DISK_SLEEP, read_comm, read_status
 
 #: the end of a recording says that the stack window was too small when at least this share of the
 #: samples, and this many, lost native frames to it: below 1% no frame's share in the profile moves by a
@@ -175,3 +175,23 @@ def untraced_threads(refused: Iterable[int]) -> str | None:
     more = f" and {len(tids) - 8} more" if len(tids) > 8 else ""
     return (f"{len(tids)} thread(s) could not be traced, so they have no samples: {', '.join(parts)}{more}. "
             "A thread has one tracer at a time: detach the other one (strace, gdb) to profile it")
+
+
+#: how ``undetached_threads`` names the states of threads left traced (proc(5) letters)
+_STATE_WORDS = {DISK_SLEEP: "in uninterruptible sleep", "R": "running", "S": "asleep", "t": "in a tracing stop"}
+
+
+def undetached_threads(stuck: Iterable[int]) -> str:
+    """A notice for the threads ``Tracer.detach_all`` could not detach, with their states ("1 in
+    uninterruptible sleep (D)"): a thread must stop to be detached, and one in uninterruptible sleep stops
+    for nothing. They were counted (``threads_not_detached``) and said to nobody, and with --idle such a
+    thread was missing from the profile without a word (a sweep)."""
+    tids = list(stuck)
+    states: Counter[str] = Counter()
+    for tid in tids:
+        status = read_status(tid)
+        states[status.state if status is not None else "gone"] += 1
+    said = ", ".join(f"{n} gone" if state == "gone" else f"{n} {_STATE_WORDS.get(state, 'in state')} ({state})"
+                     for state, n in states.most_common())  # fmt: skip
+    return (f"{len(tids)} thread(s) did not stop to be detached ({said}): they stay traced, each stopped where "
+            "it next stops, until nprof exits, which lets them go")

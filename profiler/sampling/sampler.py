@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from profiler.sampling.notices import (
     rate_shortfall,
     signal_cost,
     stack_window_shortfall,
+    undetached_threads,
     untraced_threads,
     unwind_problems,
 )
@@ -38,7 +38,7 @@ from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.thread_naming import ThreadNaming
 from profiler.sampling.timer import Timer
 from profiler.target.capture import AgentCapture, Capture, ThreadRecord
-from profiler.target.procfs import DISK_SLEEP, printable, read_status
+from profiler.target.procfs import printable
 from profiler.target.tracer import Tracer
 
 #: how often /proc/PID/task is listed for new threads: every tick at 100 Hz, every 10th at 1 kHz. The listing
@@ -328,8 +328,7 @@ class Sampler:
         stuck = self.tracer.detach_all()
         if stuck:
             self.session.count("threads_not_detached", len(stuck))
-            self._notice(f"{len(stuck)} thread(s) did not stop to be detached ({_states_of(stuck)}): they stay "
-                         "traced, each stopped where it next stops, until nprof exits, which lets them go")  # fmt: skip
+            self._notice(undetached_threads(stuck))
         meta = self.session.meta
         for pid, status in self.tracer.seized.exit_status.items():
             meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
@@ -373,14 +372,3 @@ class Sampler:
         costly = signal_cost(stats.signals_forwarded, self.session.meta.duration)
         if costly:
             self._notice(costly)
-
-
-def _states_of(tids: list[int]) -> str:
-    """The states of threads left traced, for the notice: "1 in uninterruptible sleep (D)", "2 running (R)"."""
-    words = {DISK_SLEEP: "in uninterruptible sleep", "R": "running", "S": "asleep", "t": "in a tracing stop"}
-    states: Counter[str] = Counter()
-    for tid in tids:
-        status = read_status(tid)
-        states[status.state if status is not None else "gone"] += 1
-    return ", ".join(f"{n} gone" if state == "gone" else f"{n} {words.get(state, 'in state')} ({state})"
-                     for state, n in states.most_common())  # fmt: skip

@@ -170,7 +170,7 @@ class CPythonSession:
 
     def _rescan(self, now: float) -> None:
         threads = walk_thread_states(self.process.read, self.interpreter.runtime, self.layout)
-        self.walks.walked(now, threads.complete)
+        self.walks.walked(now, threads.complete, bool(threads.states))
         slots: dict[int, ThreadSlot] = {}
         for key, info in threads.by_key.items():
             slot = slots[key] = self._slot_for(key, info)
@@ -241,7 +241,7 @@ class CPythonSession:
             if tid == self._main_tid:
                 self.stats.main_unmapped += 1
             if key is not None:  # (else its key is learnt after resume, ``settle``)
-                self.walks.lost(tid, bool(self.threads.states))
+                self.walks.lost(tid)
             unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
             unmapped.key = key
             return unmapped
@@ -251,7 +251,7 @@ class CPythonSession:
             if fresh is not None:
                 out = self._copy(fresh, tid)
         if out.status == CaptureStatus.STALE:
-            self.walks.lost(tid, bool(self.threads.states))
+            self.walks.lost(tid)
         return out
 
     def _maybe_anothers(self, out: StackCapture) -> bool:
@@ -466,7 +466,7 @@ class CPythonSession:
             data.ahead = ahead.keep(self.codes)  # new code objects this walk did not meet: copied again
         data.note(wanted, False, None)  # counts a clean capture; may cut back a plan grown too large
         if out.status == CaptureStatus.STALE:
-            self.walks.lost(snap.tid, bool(self.threads.states))
+            self.walks.lost(snap.tid)
         return out
 
     @staticmethod

@@ -237,6 +237,8 @@ class WalkSchedule:
         self.walks = 0  #: walks done so far
         self.soon = False  #: a thread not seen before has no thread state: walk right after resume or at refresh
         self._stale = True
+        #: the last walk found a thread state: until one does, the interpreter is still starting (``lost``)
+        self._found_states = False
         self._last = -1.0
         self._unmapped: dict[int, int] = {}  #: tid -> ``walks`` when it was first found without a state
         self._searched: dict[int, int] = {}  #: tid -> searches for its state in its stops (``may_search``)
@@ -245,12 +247,14 @@ class WalkSchedule:
         since = now - self._last
         return self.soon or since >= RESCAN_MAX_INTERVAL or (self._stale and since >= RESCAN_MIN_INTERVAL)
 
-    def walked(self, now: float, complete: bool) -> None:
-        """A walk was made at ``now``; a torn one (``complete`` False) asks for another soon."""
+    def walked(self, now: float, complete: bool, found_states: bool = True) -> None:
+        """A walk was made at ``now``; a torn one (``complete`` False) asks for another soon. ``found_states``:
+        it found any thread state at all."""
         self._last = now
         self.walks += 1
         self.soon = False
         self._stale = not complete
+        self._found_states = found_states
 
     def recheck(self) -> None:
         """A thread with states in several interpreters was found with an empty chain: it may run another
@@ -282,7 +286,7 @@ class WalkSchedule:
         searches as it had had unmapped captures, and held its threads 10-30% longer in all."""
         self.soon = True
 
-    def lost(self, tid: int, states_known: bool = True) -> None:
+    def lost(self, tid: int) -> None:
         """A thread was found without a (valid) thread state. It asks for a walk at once twice at most: right
         after resume (``CPythonSession.settle``, which has an unmapped thread stopped again if the walk finds
         it) or at the next refresh. A new thread's state is on the lists from its first Python instruction
@@ -292,13 +296,13 @@ class WalkSchedule:
         ThreadPoolExecutor made per batch (3.12, 600 threads in 5 s) without Python frames in 22% of their
         samples. Either way the lists are walked again within RESCAN_MIN_INTERVAL.
 
-        While no walk has found any thread state (``states_known`` False: the interpreter is still starting,
-        and such a walk is one read), every such thread asks for a walk at once, and none of those walks
+        While the last walk found no thread state at all (the interpreter is still starting, and such a walk
+        is one read), every such thread asks for a walk at once, and none of those walks
         counts: the main thread's two were spent before its state existed, and the next walk came
         RESCAN_MIN_INTERVAL later, 10-12 samples without Python frames at 200 Hz in 1 of ~10 recordings of
         a command started by nprof."""
         self._stale = True
-        if not states_known:
+        if not self._found_states:
             self.soon = True
             return
         first = self._unmapped.setdefault(tid, self.walks)

@@ -1421,7 +1421,6 @@ def test_a_new_thread_with_an_exited_ones_pthread_handle_is_not_read_as_it(targe
     ask again."""
     info, _frames = chain(target, ["b", "a"])
     session = session_over(target, info)
-    session.threads = ThreadMap({}, [info], [], True)  # a walk found a state: the interpreter has started
     assert session.capture(TID, REGS).status is CaptureStatus.OK  # binds the slot to TID
     other = TID + 1
     assert session.snapshot(other, REGS) is None
@@ -1512,5 +1511,5 @@ def test_a_thread_unmapped_before_the_interpreter_has_a_state_asks_for_every_wal
     session = session_over(target, info)
     session._slots = {}
     for _ in range(4):
-        session.walks.walked(0.0, complete=True)  # a walk that found nothing
+        session.walks.walked(0.0, complete=True, found_states=False)  # a walk that found nothing
         assert unmapped(session.capture(TID, REGS)) and session.walks.soon

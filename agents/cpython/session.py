@@ -24,7 +24,6 @@ and at export ``describe(frame)`` once per unique frame, and ``is_anchor`` / ``i
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass
 
@@ -49,7 +48,7 @@ from agents.cpython.threads import (
 )
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
-from profiler.target.procfs import read_status
+from profiler.target.procfs import list_threads, read_status
 from profiler.target.process import TargetProcess
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
@@ -198,13 +197,7 @@ class CPythonSession:
         once), which a thread's capture does before its state is looked for by its handle."""
         if not self._native_keys or not threads.states:
             return {}
-        if self._ns_tids is not None:
-            live = set(self._ns_tids.values())
-        else:
-            try:
-                live = {int(tid) for tid in os.listdir(f"/proc/{self.process.pid}/task")}
-            except (OSError, ValueError):
-                return {}
+        live = set(self._ns_tids.values()) if self._ns_tids is not None else set(list_threads(self.process.pid))
         return {info.thread_id: info for info in threads.states
                 if info.native_thread_id not in live and info.native_thread_id and info.thread_id}  # fmt: skip
 

@@ -11,25 +11,24 @@ from __future__ import annotations
 import os
 import time
 
-from profiler.target.procfs import split_stat
+from profiler.target.procfs import read_text, split_stat
 
 #: time between two scans for new children or execs
 SCAN_INTERVAL = 0.1
 
 
-def exe_identity(pid: int) -> tuple[int, int, int] | None:
+def program_identity(pid: int) -> tuple[int, int, int] | None:
     """(device, inode) of the running executable, and the start of its stack (``startstack``, field 28 of
     /proc/PID/stat, proc(5)): it changes when the process execs. The executable alone does not, where a
     program execs itself (multiprocessing's spawn: a fork of python that execs python); the stack a new
     program gets is placed at random (address space layout randomization), so its start tells two
     images apart with near certainty. None if the process is gone."""
+    stat = read_text(f"/proc/{pid}/stat")
     try:
         st = os.stat(f"/proc/{pid}/exe")
-        with open(f"/proc/{pid}/stat") as f:
-            stack = int(split_stat(f.read())[28])
-    except (OSError, ValueError, IndexError):
+    except OSError:
         return None
-    return st.st_dev, st.st_ino, stack
+    return (st.st_dev, st.st_ino, int(split_stat(stat)[28])) if stat is not None else None
 
 
 class ChildWatcher:
@@ -37,7 +36,7 @@ class ChildWatcher:
 
     def __init__(self) -> None:
         self._last = 0.0
-        self._exe: dict[int, tuple[int, int, int] | None] = {}
+        self._programs: dict[int, tuple[int, int, int] | None] = {}
 
     def due(self) -> bool:
         now = time.monotonic()
@@ -47,12 +46,12 @@ class ChildWatcher:
         return True
 
     def remember(self, pid: int) -> None:
-        self._exe[pid] = exe_identity(pid)
+        self._programs[pid] = program_identity(pid)
 
     def exec_happened(self, pid: int) -> bool:
         """True once after ``pid`` replaced its program image."""
-        now = exe_identity(pid)
-        if now is None or now == self._exe.get(pid):
+        now = program_identity(pid)
+        if now is None or now == self._programs.get(pid):
             return False
-        self._exe[pid] = now
+        self._programs[pid] = now
         return True

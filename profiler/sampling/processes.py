@@ -19,7 +19,7 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.errors import NprofError
 from profiler.runtime import Agent, AgentSession
-from profiler.sampling.children import ChildWatcher, exe_identity
+from profiler.sampling.children import ChildWatcher, program_identity
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess, shares_memory
@@ -77,7 +77,7 @@ class SampledProcesses:
         child seized at its parent's exit (``Tracer.orphans``), seized already; it runs meanwhile.
         """
         try:
-            program = exe_identity(pid)  # before anything of it is read: an exec before the seize is told below
+            program = program_identity(pid)  # before anything of it is read: an exec before the seize is told below
             process = TargetProcess(pid)
             # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
             # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
@@ -90,7 +90,7 @@ class SampledProcesses:
                 )
             self.tracer.add_process(process, trace_exec, at_exec, orphan)
             self.targets[pid] = target
-            if not at_exec and exe_identity(pid) != program:
+            if not at_exec and program_identity(pid) != program:
                 # it exec'd while it was read, before the seize, so no exec stop tells of it: a fork child
                 # found just before its exec (``--subprocesses``) kept its parent's program, its label and
                 # runtime, and showed no Python frames of its own

@@ -323,7 +323,7 @@ EXEC_WHILE_READ = """
 import os, sys, time
 from profiler.cli.main import main
 from profiler.sampling import processes
-from profiler.sampling.children import exe_identity
+from profiler.sampling.children import program_identity
 
 fifo = sys.argv.pop(1)
 make_target = processes.SampledProcesses._make_target
@@ -333,11 +333,11 @@ def exec_while_read(self, process, fresh=False):
     target = make_target(self, process, fresh)
     if process.pid != self.session.meta.pid and not done:
         done.append(process.pid)
-        before = exe_identity(process.pid)
+        before = program_identity(process.pid)
         with open(fifo, "wb") as f:
             f.write(b"x")
         end = time.monotonic() + 10
-        while exe_identity(process.pid) == before and time.monotonic() < end:
+        while program_identity(process.pid) == before and time.monotonic() < end:
             time.sleep(0.001)
     return target
 

@@ -142,7 +142,7 @@ def _data_addresses(obj: ObjectFile, bias: int, names: tuple[str, ...]) -> dict[
 
 
 def _copied_into_program(
-    process: TargetProcess, objects: ObjectFileCache, interpreter: Mapping, names: dict[str, int]
+    process: TargetProcess, objects: ObjectFileCache, interpreter: Mapping, names: tuple[str, ...]
 ) -> dict[str, int]:
     """The interpreter's data objects of ``names`` that the main program holds copies of, and where: a
     program linked with libpython that uses ``Py_None`` or ``&PyUnicode_Type`` directly (uWSGI), built as a
@@ -159,7 +159,7 @@ def _copied_into_program(
     except BinaryError:
         return {}
     bias = obj.elf.bias_for(program.start, program.offset, program.executable)
-    return _data_addresses(obj, bias, tuple(names)) if bias is not None else {}
+    return _data_addresses(obj, bias, names) if bias is not None else {}
 
 
 def _layout(process: TargetProcess, version: tuple[int, int], runtime: int) -> Layout:
@@ -209,8 +209,9 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
     bias = obj.elf.bias_for(mapping.start, mapping.offset, mapping.executable)
     if bias is None:
         raise DetectError(f"cannot place {mapping.path} in memory (no PT_LOAD covers its mapping)")
-    data = _data_addresses(obj, bias, ("_PyRuntime", *TYPE_SYMBOLS))
-    data.update(_copied_into_program(process, objects, mapping, data))
+    names = ("_PyRuntime", *TYPE_SYMBOLS)
+    data = _data_addresses(obj, bias, names)
+    data.update(_copied_into_program(process, objects, mapping, names))
     runtime = data.get("_PyRuntime", svma + bias)
     layout = _layout(process, version, runtime)
     types = {name: data[name] for name in TYPE_SYMBOLS if name in data}

@@ -55,7 +55,7 @@ def find_return_address(
         call = entry.obj.call_before(ra - entry.bias)
         if call is False:
             continue
-        if call is True or entry.obj.in_plt(call) or _may_call(call + entry.bias, callee_start, callee):
+        if call is True or _may_call(call + entry.bias, callee_start, callee) or entry.obj.in_plt(call):
             return slot, ra
     return None
 

@@ -34,10 +34,7 @@ NOINLINE int host_calls_python(void *libpython, const char *seconds) {
 
 int main(int argc, char **argv) {
     if (argc < 4) return 2;
-    int ready_fd = atoi(argv[1]);
-    if (write(ready_fd, "ready\n", 6) != 6) return 1;
-    close(ready_fd);
-    wait_until_traced();
+    if (ready_then_wait_until_traced(argv[1]) != 0) return 1;
     void *libpython = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
     if (!libpython) {
         fprintf(stderr, "%s\n", dlerror());

@@ -45,10 +45,7 @@ NOINLINE void run_library(const char *path, long ms) {
 
 int main(int argc, char **argv) {
     if (argc < 4) return 2;
-    int ready_fd = atoi(argv[1]);
-    if (write(ready_fd, "ready\n", 6) != 6) return 1;
-    close(ready_fd);
-    wait_until_traced();
+    if (ready_then_wait_until_traced(argv[1]) != 0) return 1;
     for (int i = 3; i < argc; i++) run_library(argv[i], atol(argv[2]));
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int traced(void) {
     char line[256];
@@ -19,4 +20,14 @@ static int traced(void) {
 static void wait_until_traced(void) {
     struct timespec poll = {0, 1000000}; /* 1 ms between looks at TracerPid */
     while (!traced()) nanosleep(&poll, NULL);
+}
+
+/* write "ready" to the readiness fd ``fd`` (argv[1] of a test target), then wait for the tracer: 0, or 1 if
+ * the write failed */
+static int ready_then_wait_until_traced(const char *fd) {
+    int ready_fd = atoi(fd);
+    if (write(ready_fd, "ready\n", 6) != 6) return 1;
+    close(ready_fd);
+    wait_until_traced();
+    return 0;
 }

@@ -44,6 +44,7 @@ from agents.cpython.threads import (
     WalkSchedule,
     find_new_thread_state,
     innermost_frame,
+    orphaned_states,
     walk_thread_states,
 )
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
@@ -190,16 +191,13 @@ class CPythonSession:
         self.threads = threads
 
     def _orphaned_states(self, threads: ThreadMap) -> dict[int, ThreadStateInfo]:
-        """pthread handle -> thread state, for the states (3.11+) whose ``native_thread_id`` is no thread
-        of this process: made by a thread of the process it was forked from, where the fork did not go
-        through ``PyOS_AfterFork_Child``, which sets it anew. In a pid namespace of the target's own (a
-        container), the threads are those whose tid there was learnt (``_learn_key``: every thread captured
+        """``threads.orphaned_states`` (3.11+) against this process's threads: in a pid namespace of the
+        target's own (a container), those whose tid there was learnt (``_learn_key``: every thread captured
         once), which a thread's capture does before its state is looked for by its handle."""
         if not self._native_keys or not threads.states:
             return {}
         live = set(self._ns_tids.values()) if self._ns_tids is not None else set(list_threads(self.process.pid))
-        return {info.thread_id: info for info in threads.states
-                if info.native_thread_id not in live and info.native_thread_id and info.thread_id}  # fmt: skip
+        return orphaned_states(threads, live)
 
     def _slot_for(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> ThreadSlot:
         """The slot of ``key`` for the thread state ``info``: the one it has if that is for the same state

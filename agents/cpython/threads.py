@@ -228,6 +228,15 @@ def innermost_frame(read: Read, tstate: int, layout: Layout) -> int:
     return frame
 
 
+def orphaned_states(threads: ThreadMap, live: set[int]) -> dict[int, ThreadStateInfo]:
+    """pthread handle -> thread state, for the states (3.11+) whose ``native_thread_id`` is none of the
+    ``live`` threads' ids: made by a thread of the process this one was forked from, where the fork did not
+    go through ``PyOS_AfterFork_Child``, which sets it anew. The child's thread has the same handle (it
+    copied the parent's memory), which finds the state for it (``CPythonSession._adopt``)."""
+    return {info.thread_id: info for info in threads.states
+            if info.native_thread_id and info.native_thread_id not in live and info.thread_id}  # fmt: skip
+
+
 class WalkSchedule:
     """When the thread lists are walked again: at least every RESCAN_MAX_INTERVAL; within
     RESCAN_MIN_INTERVAL once a capture found a thread without a valid state or a walk was torn; and at once

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from profiler.errors import NoSuchProcess, TargetError
 from profiler.target import procfs
-from profiler.target.libc import libc
+from profiler.target.libc import syscall
 from profiler.target.maps import Mapping, MappingIndex, executable_lines, read_maps
 from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.ptrace import StackReader
@@ -20,8 +20,6 @@ from profiler.target.ptrace import StackReader
 #: and KCMP_VM from linux/kcmp.h: "do the two processes share one address space"
 SYS_KCMP = 312
 KCMP_VM = 1
-_syscall = libc.syscall
-_syscall.restype = ctypes.c_long
 
 EM_X86_64 = 62  # ELF gABI e_machine
 _EI_CLASS_64 = 2
@@ -67,7 +65,7 @@ def shares_memory(pid: int, child: int) -> bool:
     ``posix_spawn`` make these), or a clone with CLONE_VM. Its memory, stack and runtime state are the
     parent's until it execs. False where kcmp cannot tell (a kernel without it: ENOSYS)."""
     args = (SYS_KCMP, pid, child, KCMP_VM, 0, 0)
-    return _syscall(*(ctypes.c_long(a) for a in args)) == 0
+    return syscall(*(ctypes.c_long(a) for a in args)) == 0
 
 
 class TargetProcess:

@@ -11,7 +11,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
 from profiler.model import FrameKind, Module, StopReason
 from profiler.sampling.session import Session
-from profiler.target.procfs import DISK_SLEEP, read_comm, read_status
+from profiler.target.procfs import DISK_SLEEP, read_status, tracer_label
 
 #: the end of a recording says that the stack window was too small when at least this share of the
 #: samples, and this many, lost native frames to it: below 1% no frame's share in the profile moves by a
@@ -168,8 +168,7 @@ def untraced_threads(refused: Iterable[int]) -> str | None:
     for tid in tids[:8]:
         status = read_status(tid)
         if status is not None and status.tracer_pid:
-            tracer = read_comm(status.tracer_pid) or "?"
-            parts.append(f"{tid} (traced by pid {status.tracer_pid}, {tracer})")
+            parts.append(f"{tid} (traced by {tracer_label(status.tracer_pid)})")
         else:
             parts.append(str(tid))
     more = f" and {len(tids) - 8} more" if len(tids) > 8 else ""

@@ -63,9 +63,8 @@ def diagnose_attach_failure(pid: int, err: int, reading: str | None = None) -> P
     name = status.name if status else "?"
     reasons: list[str] = []
     if status is not None and status.tracer_pid:
-        tracer = procfs.read_comm(status.tracer_pid) or "?"
         reasons.append(
-            f"it is already being traced by pid {status.tracer_pid} ({tracer}); a thread can have only one "
+            f"it is already being traced by {procfs.tracer_label(status.tracer_pid)}; a thread can have only one "
             "tracer, so stop that debugger or profiler first"
         )
     my_uid = os.geteuid()

@@ -81,6 +81,15 @@ def read_status(pid: int) -> ProcessStatus | None:
     )
 
 
+def tracer_label(tracer_tid: int) -> str:
+    """"pid P (name)" for the process that traces a thread, from the thread's TracerPid. That is the id of
+    the tracing thread, not of its process, where the tracer traces from a thread of its own (nprof does:
+    ``target/tracing_thread.py``)."""
+    status = read_status(tracer_tid)
+    pid = status.tgid if status is not None else tracer_tid
+    return f"pid {pid} ({read_comm(pid) or '?'})"
+
+
 #: proc(5) states of a task that has exited and only waits to be reaped: zombie, dead. A main thread that
 #: called pthread_exit stays a zombie until its process's last thread exits
 EXITED_STATES = frozenset("ZX")

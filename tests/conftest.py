@@ -37,7 +37,12 @@ def _children_of(pid: int) -> list[tuple[int, str, int]]:
 
 def _traced_by_us() -> list[tuple[int, int]]:
     me = os.getpid()
-    ours = {me} | {p for p, _s, _t in _children_of(me)}
+    ours = set()
+    for p in {me} | {p for p, _s, _t in _children_of(me)}:  # a tracer's TracerPid is the tracing thread's id
+        try:
+            ours.update(int(t) for t in os.listdir(f"/proc/{p}/task"))
+        except OSError:
+            ours.add(p)
     traced = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -104,6 +109,12 @@ def churn_fp(build_dir) -> str:
 @pytest.fixture(scope="session")
 def signals_fp(build_dir) -> str:
     return build_c("signals.c", build_dir, FRAME_POINTERS, name="signals-fp")
+
+
+@pytest.fixture(scope="session")
+def sleepers_fp(build_dir) -> str:
+    """tests/targets/sleepers.c with frame pointers: threads asleep under a seccomp filter, one at work."""
+    return build_c("sleepers.c", build_dir, FRAME_POINTERS, name="sleepers-fp")
 
 
 @pytest.fixture(scope="session")

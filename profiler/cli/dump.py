@@ -16,6 +16,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 
@@ -28,6 +29,8 @@ from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
+from profiler.target.capture import ThreadRecord
+from profiler.target.tracing_thread import TracingThread
 from profiler.tree.calltree import command_line, expand_stack
 
 #: proc(5) state letters, as words
@@ -90,49 +93,8 @@ def snapshot(
     config = SamplerConfig(native=native, interrupt_sleeping=True, stack_bytes=stack_bytes, max_stack_bytes=0)
     sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
-    target = sampler.add_process(pid)
-    agent = target.agent
-    locals_of = getattr(agent, "locals", None) if with_locals else None
-    local_vars: dict[int, list[list[tuple[str, str]]]] = {}
-    try:
-        # not a thread in uninterruptible sleep, which stops for neither and would make the dump wait twice
-        live = sampler.tracer.seized.sync(pid)
-        sampler.prepare_hold([r for r in live if r.proc.state() != procfs.DISK_SLEEP])
-        # listed again: threads started meanwhile are dumped too (a thread per request)
-        records = sampler.tracer.seized.sync(pid)
-        states = {r.tid: r.proc.state() or "?" for r in records}
-        with sampler.tracer.hold(records, copy_stack=native) as captures:
-            # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
-            # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
-            # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
-            if target.refresh is not None:
-                target.refresh(force=True)
-            for c in captures:
-                c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
-            if locals_of is not None:
-                for c in captures:
-                    if c.agent_data is not None:
-                        local_vars[c.thread.tid] = locals_of(c.agent_data)
-        # threads that did not stop (in the kernel's uninterruptible sleep: a vfork parent, a stuck
-        # filesystem), told now: detaching may yet see them stop, and drops them (``gone``), and they went
-        # unlisted when their stop came by then
-        captured = {c.thread.tid for c in captures}
-        missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{pid}/task/{r.tid}/wchan") or "")
-                   for r in records if r.tid not in captured and not r.gone]  # fmt: skip
-        gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
-        for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
-            if c.thread.group_stopped:
-                states[c.thread.tid] = "T"
-            elif states.get(c.thread.tid) == "t":
-                # else a tracing stop is nprof's own: a signal it had yet to pass on stopped the thread as it
-                # ran (5 of 12 dumps of a program taking SIGPROF showed "[tracing stop]", a sweep)
-                states[c.thread.tid] = "R"
-        for c in captures:
-            sampler.record(c)
-        sampler.close()
-    except BaseException:
-        sampler.tracer.detach_all()
-        raise
+    with TracingThread() as tracing:  # its end detaches the target, without stopping it again
+        states, gil, missing, local_vars = tracing.call(_hold, sampler, pid, native, with_locals)
     for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
         print(f"nprof: {message}", file=sys.stderr)
     threads = []
@@ -161,6 +123,61 @@ def snapshot(
                                       STATE_NAMES.get(state, "?"), None, False, [], why))  # fmt: skip
     threads.sort(key=lambda d: d.tid)
     return session, threads
+
+
+class _Held(NamedTuple):
+    """What ``_hold`` learnt while the threads were stopped, by thread id."""
+
+    states: dict[int, str]  #: the state letter of /proc, "T" for a job-control stop
+    gil: dict[int, bool | None]  #: holds the GIL (None: not known)
+    missing: list[tuple[ThreadRecord, str | None, str]]  #: did not stop: with its state and wait channel
+    local_vars: dict[int, list[list[tuple[str, str]]]]  #: each Python frame's locals, innermost first
+
+
+def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
+    """On the tracing thread: attach, copy every thread in one held stop, record the copies and end the
+    tracing. Returns each thread's state letter, whether it holds the GIL, the threads that did not stop
+    (with their state and kernel wait channel), and each thread's Python locals."""
+    target = sampler.add_process(pid)
+    agent = target.agent
+    locals_of = getattr(agent, "locals", None) if with_locals else None
+    local_vars: dict[int, list[list[tuple[str, str]]]] = {}
+    # not a thread in uninterruptible sleep, which stops for neither and would make the dump wait twice
+    live = sampler.tracer.seized.sync(pid)
+    sampler.prepare_hold([r for r in live if r.proc.state() != procfs.DISK_SLEEP])
+    # listed again: threads started meanwhile are dumped too (a thread per request)
+    records = sampler.tracer.seized.sync(pid)
+    states = {r.tid: r.proc.state() or "?" for r in records}
+    with sampler.tracer.hold(records, copy_stack=native) as captures:
+        # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
+        # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
+        # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
+        if target.refresh is not None:
+            target.refresh(force=True)
+        for c in captures:
+            c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
+        if locals_of is not None:
+            for c in captures:
+                if c.agent_data is not None:
+                    local_vars[c.thread.tid] = locals_of(c.agent_data)
+    # threads that did not stop (in the kernel's uninterruptible sleep: a vfork parent, a stuck
+    # filesystem), told now: the end of tracing may yet see them stop, and drops them (``gone``), and they
+    # went unlisted when their stop came by then
+    captured = {c.thread.tid for c in captures}
+    missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{pid}/task/{r.tid}/wchan") or "")
+               for r in records if r.tid not in captured and not r.gone]  # fmt: skip
+    gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
+    for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
+        if c.thread.group_stopped:
+            states[c.thread.tid] = "T"
+        elif states.get(c.thread.tid) == "t":
+            # else a tracing stop is nprof's own: a signal it had yet to pass on stopped the thread as it
+            # ran (5 of 12 dumps of a program taking SIGPROF showed "[tracing stop]", a sweep)
+            states[c.thread.tid] = "R"
+    for c in captures:
+        sampler.record(c)
+    sampler.close(detach=False)
+    return _Held(states, gil, missing, local_vars)
 
 
 def _avma(session: Session, fid: int) -> int | None:

@@ -38,6 +38,7 @@ from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
 from profiler.target.launch import LaunchedCommand
+from profiler.target.tracing_thread import TracingThread
 from profiler.tree.calltree import command_line
 
 
@@ -191,52 +192,47 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     with stop:  # from the fork on, a signal is a flag: it ends the set-up at its next step, the recording at a tick
         child = LaunchedCommand(command, stop.ignored) if command else None  # forked, held before its exec
         pid = child.pid if child is not None else process_of_pid(args.pid)
-        sampler: Sampler | None = None
-        try:
-            name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
-            output = args.output or _default_output(name, pid, exporter)
-            exporter = exporter or infer_format(output, None)
-            session_path = _session_path(output, name, pid)
-            if args.output is None:
-                check_writable(output)
-            if session_path != output:
-                check_writable(session_path)  # before attaching: nothing recorded is then lost to it
-            session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid), rate=config.rate,
-                                          stack_bytes=config.stack_bytes, max_stack_bytes=config.window_cap,
-                                          native=config.native,
-                                          idle_stacks=config.interrupt_sleeping))  # fmt: skip
-            objects = ObjectFileCache()
-            sampler = Sampler(
-                session, config, objects=objects, agents=agent_factory(objects),
-                notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
-            )  # fmt: skip
-            stop.raise_if_stopped()  # before the command starts, or nprof attaches
+        # Every ptrace call is the tracing thread's, and its end detaches the target without stopping it
+        with TracingThread() as tracing:
+            stop.wake = tracing.wake
             if child is not None:
-                child.run_to_exec()  # raises if it cannot run
-                sampler.add_launched(pid)
-            else:
-                sampler.add_process(pid, trace_exec=True)
-            stop.raise_if_stopped()
-        except BaseException as e:
-            if sampler is not None:
-                sampler.tracer.detach_all()
-            if child is not None:
-                child.give_up()
-            if stop() and not isinstance(e, KeyboardInterrupt):
-                raise SetupInterrupted(stop.signal) from e  # the signal is why (a command it killed pre-exec)
-            raise
-        print(f"nprof: recording pid {pid} ({command_line(session.meta.command, 80)}) at {config.rate:g} Hz; "
-              "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
-        status = StatusLine(sampler)
-        failure: Exception | None = None
-        try:
-            for tick in sampler.run(stop):
-                status.update(tick)
-        except Exception as e:  # a bug of nprof's: the samples taken before it are written all the same
-            failure = e
-        finally:
-            status.clear()
-            sampler.close()
+                tracing.call(child.seize)
+            sampler: Sampler | None = None
+            try:
+                name = os.path.basename(command[0]) if command else procfs.read_comm(pid)
+                output = args.output or _default_output(name, pid, exporter)
+                exporter = exporter or infer_format(output, None)
+                session_path = _session_path(output, name, pid)
+                if args.output is None:
+                    check_writable(output)
+                if session_path != output:
+                    check_writable(session_path)  # before attaching: nothing recorded is then lost to it
+                session = Session(SessionMeta(pid=pid, command=command or procfs.read_cmdline(pid),
+                                              rate=config.rate, stack_bytes=config.stack_bytes,
+                                              max_stack_bytes=config.window_cap, native=config.native,
+                                              idle_stacks=config.interrupt_sleeping))  # fmt: skip
+                objects = ObjectFileCache()
+                sampler = Sampler(
+                    session, config, objects=objects, agents=agent_factory(objects),
+                    notice=lambda m: print(f"nprof: {m}", file=sys.stderr),
+                )  # fmt: skip
+                stop.raise_if_stopped()  # before the command starts, or nprof attaches
+                if child is not None:
+                    tracing.call(child.run_to_exec)  # raises if it cannot run
+                    tracing.call(sampler.add_launched, pid)
+                else:
+                    tracing.call(sampler.add_process, pid, trace_exec=True)
+                stop.raise_if_stopped()
+            except BaseException as e:
+                if child is not None:
+                    tracing.call(child.give_up)
+                if stop() and not isinstance(e, KeyboardInterrupt):
+                    raise SetupInterrupted(stop.signal) from e  # the signal is why (a command it killed pre-exec)
+                raise
+            print(f"nprof: recording pid {pid} ({command_line(session.meta.command, 80)}) at {config.rate:g} Hz; "
+                  "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
+            failure = tracing.call(_sample, sampler, stop)
+        # the tracing thread has ended: the target runs on, detached, while its names are resolved
         for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions, export):
             print(f"nprof: {message}", file=sys.stderr)
         why = _why_it_ended(sampler, stop, config) if failure is None else "stopped by an internal error"
@@ -247,6 +243,23 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
     if child is not None:
         return _wait_child(child, pid, session)
     return 0
+
+
+def _sample(sampler: Sampler, stop: StopFlag) -> Exception | None:
+    """The recording, on the tracing thread: its ticks, with the status line, until the end, and the sampler's
+    close. An error of nprof's own is returned, not raised: the samples taken before it are written all the
+    same."""
+    status = StatusLine(sampler)
+    failure: Exception | None = None
+    try:
+        for tick in sampler.run(stop):
+            status.update(tick)
+    except Exception as e:
+        failure = e
+    finally:
+        status.clear()
+        sampler.close(detach=False)
+    return failure
 
 
 def process_of_pid(pid: int) -> int:

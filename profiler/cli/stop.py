@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 
 
 class StopFlag:
@@ -40,6 +41,9 @@ class StopFlag:
         self._old: dict[int, object] = {}
         #: the signals that were ignored before the flag took them
         self.ignored: frozenset[int] = frozenset()
+        #: called on every signal taken: ends the tracing thread's wait, so that it sees the flag at once
+        #: (``target/tracing_thread.py``; signals reach the main thread only)
+        self.wake: Callable[[], None] = lambda: None
 
     def __enter__(self) -> StopFlag:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -55,6 +59,7 @@ class StopFlag:
         self.count += 1
         if self.signal is None:
             self.signal = signum
+        self.wake()
         name = signal.Signals(signum).name
         if self.count + 1 == self.ABANDON_AT:
             print(f"nprof: {name} again: finishing the profile of what was sampled; one more abandons it",

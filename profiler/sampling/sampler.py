@@ -317,16 +317,19 @@ class Sampler:
 
     # --- the end ----------------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Detach from everything, record exit statuses, thread names and counters."""
+    def close(self, detach: bool = True) -> None:
+        """Detach from everything, record exit statuses, thread names and counters. ``detach`` False: on a
+        tracing thread that exits next, whose exit detaches every thread without stopping it
+        (``Tracer.leave_to_thread_exit``)."""
         for target in self.targets.values():
             self.naming.final(target, self.tracer.seized.sync(target.process.pid), self.threads)
         refused = untraced_threads(self.tracer.seized.refused)
         if refused:
             self.session.count("threads_not_traced", len(self.tracer.seized.refused))
             self._notice(refused)
-        stuck = self.tracer.detach_all()
-        if stuck:
+        if not detach:
+            self.tracer.leave_to_thread_exit()
+        elif stuck := self.tracer.detach_all():
             self.session.count("threads_not_detached", len(stuck))
             self._notice(undetached_threads(stuck))
         meta = self.session.meta

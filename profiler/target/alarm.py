@@ -51,7 +51,7 @@ def _on_alarm(signum: int, frame: object) -> None:
 
 
 class ThreadAlarm:
-    """SIGALRM to the creating (main) thread after a delay, repeating every ``interval`` after that.
+    """SIGALRM to the creating thread after a delay, repeating every ``interval`` after that.
 
     Arming again replaces the previous deadline, so there is no need to disarm between waits; the
     repetition is a backstop for the race where the alarm fires between checking the clock and entering
@@ -59,10 +59,15 @@ class ThreadAlarm:
     """
 
     def __init__(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("the tracer's alarm needs the main thread (Python runs signal handlers there)")
-        self._old_handler = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.siginterrupt(signal.SIGALRM, True)
+        #: the handler this alarm replaced, to put back at ``close``; None where it found one in place
+        self._old_handler: object = None
+        if threading.current_thread() is threading.main_thread():
+            self._old_handler = signal.signal(signal.SIGALRM, _on_alarm)
+            signal.siginterrupt(signal.SIGALRM, True)
+        elif not callable(signal.getsignal(signal.SIGALRM)):
+            # only the main thread may install a handler, and SIGALRM's default action ends the process:
+            # ``tracing_thread.py`` installs one before it starts its thread
+            raise RuntimeError("an alarm off the main thread needs a SIGALRM handler installed (tracing_thread.py)")
         event = _sigevent()
         event.sigev_signo = signal.SIGALRM
         event.sigev_notify = SIGEV_THREAD_ID
@@ -70,7 +75,8 @@ class ThreadAlarm:
         self._timer = ctypes.c_void_p()
         if _timer_create(CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(self._timer)) != 0:
             err = ctypes.get_errno()
-            signal.signal(signal.SIGALRM, self._old_handler)
+            if self._old_handler is not None:
+                signal.signal(signal.SIGALRM, self._old_handler)
             raise OSError(err, "timer_create failed")
         self._spec = ctypes.create_string_buffer(_ITIMERSPEC.size)
         self._spec_address = ctypes.addressof(self._spec)
@@ -110,4 +116,5 @@ class ThreadAlarm:
             self.disarm()
             _timer_delete(self._timer)
             self._timer = None
-            signal.signal(signal.SIGALRM, self._old_handler or signal.SIG_DFL)
+            if self._old_handler is not None:
+                signal.signal(signal.SIGALRM, self._old_handler)

@@ -27,7 +27,6 @@ import errno
 import os
 import signal
 import struct
-import threading
 import time
 from collections.abc import Iterator
 
@@ -153,8 +152,6 @@ EventWait = SigchldWait | AlarmWait
 
 def open_event_wait() -> EventWait:
     """The SIGCHLD wait if every thread blocks SIGCHLD once this one does, else the alarm."""
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("the tracer waits in the main thread (Python runs signal handlers there)")
     wait = SigchldWait()
     if sigchld_blocked_everywhere():
         return wait

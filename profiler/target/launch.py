@@ -76,16 +76,24 @@ class LaunchedCommand:
         os.close(gate_r)
         os.close(report_w)
         self.pid = pid
-        # Seized at once, though released only by ``run_to_exec``: nprof builds its sampler in between (40-50
-        # ms here), and a tracer following children took the child in that time (nprof's own tests, run by
-        # an nprof with --subprocesses: "already being traced" in 2 of 3 daemon tests).
-        self._seize_error = pt.seize(pid, pt.PTRACE_O_TRACEEXEC)
+        self._seize_error: int | None = None  #: the errno of ``seize``, 0 once seized; None before it
+        self._seized = False
+
+    def seize(self) -> None:
+        """Seize the child at its gate, with PTRACE_O_TRACEEXEC, on the thread that traces (a tracee is the
+        seizing thread's, ``tracing_thread.py``). Call it at once, though ``run_to_exec`` releases the child
+        only later: nprof builds its sampler in between (40-50 ms here), and a tracer following children took
+        the child in that time (nprof's own tests, run by an nprof with --subprocesses: "already being
+        traced" in 2 of 3 daemon tests)."""
+        self._seize_error = pt.seize(self.pid, pt.PTRACE_O_TRACEEXEC)
         self._seized = self._seize_error == 0
 
     def run_to_exec(self) -> None:
         """Let the child, seized at its fork, exec, and return once it waits in its exec stop, seized by this
-        process with PTRACE_O_TRACEEXEC. Raises UsageError when the command cannot run (not found, not
+        thread with PTRACE_O_TRACEEXEC. Raises UsageError when the command cannot run (not found, not
         executable), PermissionDenied when ptrace was refused (the command is then never started)."""
+        if self._seize_error is None:
+            self.seize()
         err = self._seize_error
         if err:
             if err == errno.EPERM:

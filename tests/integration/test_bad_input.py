@@ -21,6 +21,7 @@ from tests.support.targets import (
     run_nprof_with,
     running_target,
     stop,
+    tracer_process,
     wait_until,
 )
 
@@ -105,7 +106,7 @@ def test_target_already_traced(chain_fp, tmp_path):
         first = subprocess.Popen(nprof_command("record", "--pid", str(target.pid), "-o", str(tmp_path / "1.json")),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
-            assert wait_until(lambda: process_state(target.pid)[1] == first.pid)
+            assert wait_until(lambda: tracer_process(process_state(target.pid)[1]) == first.pid)
             result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "2.json"))
             assert_error(result, 4, "Permission denied", f"already being traced by pid {first.pid}",
                          "only one tracer")  # fmt: skip

@@ -24,6 +24,7 @@ from tests.support.targets import (
     running_target,
     stop,
     thread_states,
+    tracer_process,
     wait_until,
 )
 
@@ -40,8 +41,9 @@ def user_time(pid: int) -> int:
 
 
 def attached_by(pid: int, tracer: int) -> bool:
+    """Every thread of ``pid`` is traced by process ``tracer`` (0: by none)."""
     states = thread_states(pid)
-    return bool(states) and all(t == tracer for _s, t in states.values())
+    return bool(states) and all(tracer_process(t) == tracer for _s, t in states.values())
 
 
 def start_recording(pid: int, out: str, *extra: str) -> subprocess.Popen:
@@ -115,6 +117,30 @@ def test_signal_to_nprof_writes_what_was_sampled(chain_fp, tmp_path, sig):
         assert wait_until(lambda: run_time(target.pid) > before + 1_000_000), "the target keeps running"
     [profile] = read_speedscope(out)
     assert sum(profile.stacks.values()) > 0
+
+
+@pytest.mark.parametrize("end", ["duration", "SIGINT"])
+def test_the_end_of_a_recording_leaves_sleeping_threads_asleep(sleepers_fp, tmp_path, end):
+    """A detach that stops each thread first woke the sleeping ones: ``epoll_wait`` returned EINTR, and a
+    ``clock_nanosleep`` restarted through restart_syscall, which the target's seccomp filter kills it for
+    (tests/targets/sleepers.c: status 3 or -31). The tracing thread's exit detaches without a stop."""
+    out = str(tmp_path / "sleepers.speedscope.json")
+    with running_target([sleepers_fp]) as target:
+        if end == "duration":
+            result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
+            returncode, stderr = result.returncode, result.stderr
+        else:
+            nprof = start_recording(target.pid, out)
+            time.sleep(1.0)  # the length of the recording, not a synchronisation
+            nprof.send_signal(signal.SIGINT)
+            _stdout, stderr = nprof.communicate(timeout=60)
+            returncode = nprof.returncode
+        assert returncode == 0, stderr
+        assert target.poll() is None, f"the target ended with status {target.returncode}"
+        assert_running_free(target.pid)
+    [spinner] = [p for p in read_speedscope(out) if p.stacks]
+    hit, total = share(spinner.stacks, lambda s: s[-3:-1] == ("main_loop", "work") or s[-2:] == ("main_loop", "work"))
+    assert total > 0 and hit >= 0.9 * total, spinner.stacks.most_common(5)
 
 
 #: nprof, signalled by itself while it builds its sampler, through ``exec`` of source text as a dataclass

@@ -10,7 +10,7 @@ import sys
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope
 from tests.support.targets import (
-    assert_running_free, nprof_command, run_nprof, run_nprof_with, running_target, wait_until,
+    assert_running_free, nprof_command, run_nprof, run_nprof_with, running_target, tracer_process, wait_until,
 )  # fmt: skip
 
 
@@ -23,8 +23,9 @@ def traced_children(pid: int) -> set[int]:
 
 
 def tracer_of(pid: int) -> int:
+    """The process that traces ``pid`` (0: none)."""
     with open(f"/proc/{pid}/status") as f:
-        return int(next(line for line in f if line.startswith("TracerPid:")).split()[1])
+        return tracer_process(int(next(line for line in f if line.startswith("TracerPid:")).split()[1]))
 
 
 def test_children_are_followed(forker_fp, chain_fp, tmp_path):

@@ -1,0 +1,169 @@
+"""The thread that traces: every ptrace call of a recording or a dump is made on a thread of its own, and the
+end of that thread detaches every tracee at once, without stopping any.
+
+A tracee belongs to the thread that seized it, not to nprof's process, and PTRACE_DETACH takes only a tracee
+in a ptrace-stop. So a tracer that detaches thread by thread must first interrupt every thread, sleeping
+ones too, which the recording itself never stops (``sampling/idle.py``). That interrupt is seen by the
+target: it ends the sleep early, and the kernel makes the thread restart its system call on its own.
+
+* ``epoll_wait``, ``semop`` and ``sigtimedwait`` do not restart: they return EINTR to the program
+  (signal(7), "Interruption of system calls ... by a stop signal"). Every event loop saw one at nprof's end.
+* ``nanosleep``, ``clock_nanosleep``, ``poll`` and timed futex waits restart through the
+  ``restart_syscall`` system call (restart_syscall(2)). A program whose seccomp filter does not allow it
+  (the filter is the program's own; Docker's default allows it) is killed by SIGSYS: a test program in
+  ``clock_nanosleep`` with such a filter died at nprof's detach in 7 of 8 recordings.
+
+When the tracing thread exits, the kernel detaches every tracee it had (kernel/exit.c ``exit_notify`` calls
+kernel/ptrace.c ``exit_ptrace``): a thread in a ptrace-stop is woken (with the signal of a
+signal-delivery-stop still to be delivered), a group-stopped one stays stopped, a pending interrupt is
+cleared, and a sleeping thread is never woken at all. Measured here: a thread in ``epoll_wait`` and one in
+``clock_nanosleep`` under that seccomp filter, seized and left by the thread's exit, slept on untouched;
+detached one by one, the first returned EINTR and the process died of SIGSYS.
+
+The main thread keeps what Python gives it alone: signal handlers run there (SIGINT and SIGTERM set the stop
+flag, ``cli/stop.py``), and it forks the command ``nprof record -- CMD`` starts (``launch.py``). It hands
+each tracing step to this thread (``call``) and waits; ``wake`` ends the thread's current wait early so that
+it sees the stop flag at once. The tracer's waits (``events.py``) end on any handled signal: the wake is
+SIGALRM, whose handler (a no-op) is installed here, and which ``alarm.py`` also uses for its deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from profiler.target.libc import syscall
+
+T = TypeVar("T")
+
+#: a step handed to the tracing thread: what to run, where its outcome goes ([True, value] or [False, the
+#: exception]), and the event set once it is there
+_Request = tuple[Callable[[], Any], list[Any], threading.Event]
+
+#: tgkill(2)'s number, arch/x86/entry/syscalls/syscall_64.tbl (Python has ``pthread_kill`` only)
+SYS_TGKILL = 234
+
+#: the signal that ends the tracing thread's blocking wait (``events.py``: sigtimedwait and waitpid return
+#: EINTR on a handled signal); the same as ``alarm.ThreadAlarm``'s, so a wait sees only one kind of wake-up
+WAKE_SIGNAL = signal.SIGALRM
+
+#: what the tracing thread blocks for its whole life: SIGCHLD, which ``events.SigchldWait`` takes with
+#: sigtimedwait (every thread must block it), and the stop signals, which are the main thread's to handle
+_BLOCKED_IN_THREAD = frozenset({signal.SIGCHLD, signal.SIGINT, signal.SIGTERM})
+
+#: how often ``close`` looks whether the thread has left the kernel's thread list (``/proc/self/task``)
+_GONE_POLL = 0.0005
+
+#: how long ``close`` waits at most for that: the thread has returned from Python by then and only has to
+#: finish its exit (microseconds); past this something is badly wrong, and nprof's own exit detaches anyway
+_GONE_AT_MOST = 5.0
+
+
+def _on_wake(signum: int, frame: object) -> None:
+    """Does nothing: the wake-up's only job is to make the tracing thread's blocking wait return EINTR."""
+
+
+class TracingThread:
+    """One thread that makes every ptrace call of a recording; its exit detaches every tracee (module
+    docstring). Use as a context manager from the main thread, handing it work with ``call``."""
+
+    def __init__(self, name: str = "nprof-tracer") -> None:
+        self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._busy = False  #: the main thread waits for a ``call`` to return
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._native_id: int | None = None
+        self._started = threading.Event()
+        self._old_handler: Any = None
+        self._old_mask: set[signal.Signals] | None = None
+
+    # --- the main thread's side ---------------------------------------------------------------------------
+
+    def __enter__(self) -> TracingThread:
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the tracing thread is driven from the main thread (Python runs signal handlers there)")
+        self._old_handler = signal.signal(WAKE_SIGNAL, _on_wake)
+        signal.siginterrupt(WAKE_SIGNAL, True)
+        # SIGCHLD blocked in the main thread too while the tracing thread waits for it (``events.py``); the
+        # command ``record`` starts was forked before, with the mask it had
+        self._old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Left in the middle of a ``call`` (the KeyboardInterrupt of the signal that abandons the recording,
+        # ``StopFlag``), the thread may still be sampling: nprof's own exit, which is next, ends it
+        self.close(wait=not self._busy)
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on the tracing thread and return what it returns, or raise what it
+        raised. The main thread waits meanwhile, running its signal handlers as signals come."""
+        if threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        done = threading.Event()
+        box: list[Any] = []
+        self._busy = True
+        self._requests.put((lambda: fn(*args, **kwargs), box, done))
+        done.wait()
+        self._busy = False
+        ok, value = box
+        if not ok:
+            raise value
+        return value
+
+    def wake(self) -> None:
+        """End the tracing thread's current wait (it then looks at its stop flag). Safe from a signal handler,
+        and harmless once the thread has ended."""
+        if self._native_id is not None and self._thread.is_alive():
+            # by kernel thread id: a pthread handle may be freed once its thread ends (CPython's threads are
+            # detached), and tgkill of an ended thread fails with ESRCH (or, its id taken again by a thread
+            # of nprof's, gives that one a wake-up it ignores)
+            syscall(SYS_TGKILL, os.getpid(), self._native_id, WAKE_SIGNAL)
+
+    def close(self, wait: bool = True) -> None:
+        """End the thread, which detaches every tracee, and, with ``wait``, return only once the kernel has
+        done so: the thread is gone from ``/proc/self/task`` (``Thread.join`` returns a little before the
+        thread's exit reaches ``exit_ptrace``)."""
+        if self._thread.is_alive():
+            self._requests.put(None)
+            if wait:
+                self._thread.join()
+        if wait and self._native_id is not None:  # (its ``_serve`` ran: ``__enter__`` waited for it)
+            end = time.monotonic() + _GONE_AT_MOST
+            while os.path.exists(f"/proc/self/task/{self._native_id}") and time.monotonic() < end:
+                time.sleep(_GONE_POLL)
+        if not wait:
+            return  # the thread may still wait, on SIGALRM too: its handler stays, where the default kills nprof
+        if self._old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+            self._old_mask = None
+        if self._old_handler is not None:
+            signal.signal(WAKE_SIGNAL, self._old_handler)
+            self._old_handler = None
+
+    # --- the tracing thread's side ------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED_IN_THREAD)
+        self._native_id = threading.get_native_id()
+        self._started.set()
+        while True:
+            request = self._requests.get()
+            if request is None:
+                return  # the thread's exit: the kernel detaches every tracee it had
+            fn, box, done = request
+            try:
+                box[:] = [True, fn()]
+            except BaseException as e:  # handed to the caller, which raises it in the main thread
+                box[:] = [False, e]
+            finally:
+                done.set()
+

@@ -80,15 +80,24 @@ class SampledProcesses:
             program = program_identity(pid)  # before anything of it is read: an exec before the seize is told below
             process = TargetProcess(pid)
             # Everything slow (maps, ELF and symbol tables, runtime detection) happens before the seize: once
-            # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it.
-            target = self._make_target(process, fresh)
-            if process.job_stopped:
-                self.notice(
-                    f"pid {pid} ({process.comm}) is stopped (SIGSTOP, SIGTSTP or Ctrl-Z), and nprof leaves it "
-                    "so: its threads stay where they stopped, and a recording counts them as idle (--idle "
-                    f"shows them) until it is continued (kill -CONT {pid})."
-                )
+            # seized, a signal to the target waits in a signal-delivery-stop until nprof answers it. What it
+            # finds is told once the seize is done: "profiling native frames" came before the error that
+            # the process could not be traced at all.
+            held: list[str] = []
+            told, self.notice = self.notice, held.append
+            try:
+                target = self._make_target(process, fresh)
+                if process.job_stopped:
+                    self.notice(
+                        f"pid {pid} ({process.comm}) is stopped (SIGSTOP, SIGTSTP or Ctrl-Z), and nprof leaves "
+                        "it so: its threads stay where they stopped, and a recording counts them as idle "
+                        f"(--idle shows them) until it is continued (kill -CONT {pid})."
+                    )
+            finally:
+                self.notice = told
             self.tracer.add_process(process, trace_exec, at_exec, orphan)
+            for message in held:
+                self.notice(message)
             self.targets[pid] = target
             if not at_exec and program_identity(pid) != program:
                 # it exec'd while it was read, before the seize, so no exec stop tells of it: a fork child

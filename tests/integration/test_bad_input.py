@@ -110,6 +110,7 @@ def test_target_already_traced(chain_fp, tmp_path):
             result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", str(tmp_path / "2.json"))
             assert_error(result, 4, "Permission denied", f"already being traced by pid {first.pid}",
                          "only one tracer")  # fmt: skip
+            assert "profiling native frames" not in result.stderr, "nothing is profiled: no notice says it is"
             if has_cap_sys_ptrace():  # then a container's missing capability is not what refused
                 assert "container" not in result.stderr
         finally:

@@ -176,21 +176,33 @@ def untraced_threads(refused: Iterable[int]) -> str | None:
             "A thread has one tracer at a time: detach the other one (strace, gdb) to profile it")
 
 
-#: how ``undetached_threads`` names the states of threads left traced (proc(5) letters)
+#: how ``undetached_threads`` and ``unstopped_threads`` name the states of threads (proc(5) letters)
 _STATE_WORDS = {DISK_SLEEP: "in uninterruptible sleep", "R": "running", "S": "asleep", "t": "in a tracing stop"}
+
+
+def _states_said(tids: list[int]) -> str:
+    """The threads' states as now, most common first: "1 in uninterruptible sleep (D), 1 gone"."""
+    states: Counter[str] = Counter()
+    for tid in tids:
+        status = read_status(tid)
+        states[status.state if status is not None else "gone"] += 1
+    return ", ".join(f"{n} gone" if state == "gone" else f"{n} {_STATE_WORDS.get(state, 'in state')} ({state})"
+                     for state, n in states.most_common())  # fmt: skip
 
 
 def undetached_threads(stuck: Iterable[int]) -> str:
     """A notice for the threads ``Tracer.detach_all`` could not detach, with their states ("1 in
     uninterruptible sleep (D)"): a thread must stop to be detached, and one in uninterruptible sleep stops
-    for nothing. They were counted (``threads_not_detached``) and said to nobody, and with --idle such a
-    thread was missing from the profile without a word (a sweep)."""
+    for nothing. They were counted (``threads_not_detached``) and said to nobody (a sweep)."""
     tids = list(stuck)
-    states: Counter[str] = Counter()
-    for tid in tids:
-        status = read_status(tid)
-        states[status.state if status is not None else "gone"] += 1
-    said = ", ".join(f"{n} gone" if state == "gone" else f"{n} {_STATE_WORDS.get(state, 'in state')} ({state})"
-                     for state, n in states.most_common())  # fmt: skip
-    return (f"{len(tids)} thread(s) did not stop to be detached ({said}): they stay traced, each stopped where "
-            "it next stops, until nprof exits, which lets them go")
+    return (f"{len(tids)} thread(s) did not stop to be detached ({_states_said(tids)}): they stay traced, each "
+            "stopped where it next stops, until nprof exits, which lets them go")
+
+
+def unstopped_threads(unstopped: Iterable[int]) -> str:
+    """A notice for the threads whose last stop asked never came (``Tracer.leave_to_thread_exit``), with
+    their states: one in uninterruptible sleep (a hung read, a vfork parent) stops for nothing, and with
+    --idle it was missing from the profile without a word (a sweep)."""
+    tids = list(unstopped)
+    return (f"{len(tids)} thread(s) did not stop when last asked ({_states_said(tids)}), and have no samples "
+            "from then on: a thread in the kernel's uninterruptible sleep stops only when it wakes")

@@ -27,6 +27,7 @@ from profiler.sampling.notices import (
     signal_cost,
     stack_window_shortfall,
     undetached_threads,
+    unstopped_threads,
     untraced_threads,
     unwind_problems,
 )
@@ -328,7 +329,9 @@ class Sampler:
             self.session.count("threads_not_traced", len(self.tracer.seized.refused))
             self._notice(refused)
         if not detach:
-            self.tracer.leave_to_thread_exit()
+            if unstopped := self.tracer.leave_to_thread_exit():
+                self.session.count("threads_not_stopped", len(unstopped))
+                self._notice(unstopped_threads(unstopped))
         elif stuck := self.tracer.detach_all():
             self.session.count("threads_not_detached", len(stuck))
             self._notice(undetached_threads(stuck))

@@ -555,7 +555,7 @@ class Tracer:
         self.seized.processes.clear()
         return list(waiting)
 
-    def leave_to_thread_exit(self) -> None:
+    def leave_to_thread_exit(self) -> list[int]:
         """The end of tracing on a thread that exits next (``tracing_thread.py``), whose exit detaches every
         tracee without stopping any, where ``detach_all`` interrupts even the sleeping threads: resume the
         threads nprof holds, answer the stops already reported, and forget every tracee.
@@ -563,7 +563,8 @@ class Tracer:
         A stop still awaited (a thread that missed its tick's window, runnable but not on a CPU) is waited for
         first, up to the stop deadline: its interrupt has woken the thread already, and the detach clears the
         interrupt but not the wake-up, so a thread that then went to sleep in ``epoll_wait`` would take an
-        EINTR for it. Not for threads in uninterruptible sleep, which stop when they wake, maybe never."""
+        EINTR for it. Not for threads in uninterruptible sleep, which stop when they wake, maybe never.
+        Returns the tids of the threads whose stop did not come (the kernel clears their interrupt)."""
         self._release_held()
         deadline = time.monotonic() + self.stop_deadline
         while self._events is not None and time.monotonic() < deadline:
@@ -577,6 +578,7 @@ class Tracer:
                 break
         self.answer_events()
         self.late_captures.clear()
+        unstopped = [r.tid for r in self.seized.records.values() if r.interrupt_pending and not r.proc.exited()]
         for record in list(self.seized.records.values()):
             self._drop(record, exited=False)
         self.exec_stopped.clear()  # woken by the thread's exit into their new program, as ``resume_exec`` does
@@ -584,6 +586,7 @@ class Tracer:
         self._close_events()
         self._stack_readers.clear()
         self.seized.processes.clear()
+        return unstopped
 
     def _wait_for_orphans(self, waiting: dict[int, ThreadRecord | None]) -> None:
         """Ask a stop of every orphan that ``detach_all`` does not wait for yet."""

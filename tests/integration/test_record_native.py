@@ -465,10 +465,11 @@ def test_a_thread_id_given_as_pid_records_its_process(threads_fp, tmp_path):
     assert len(read_speedscope(out)) > 1, "every thread of the process is recorded"
 
 
-def test_a_recording_says_which_threads_it_could_not_detach(tmp_path):
-    """A thread in uninterruptible sleep stops for nothing, so ``record`` cannot detach it: it stays traced
-    until nprof exits (the kernel then lets it go). That was counted (``threads_not_detached``) and said to
-    nobody, and with ``--idle`` the thread was missing from the profile without a word (a sweep)."""
+def test_a_recording_says_which_threads_never_stopped_and_lets_them_go(tmp_path):
+    """A thread in uninterruptible sleep stops for nothing: with ``--idle`` it was missing from the profile
+    without a word (a sweep), and, with every thread stopped to be detached, it stayed traced until nprof
+    exited. The tracing thread's exit lets it go at the end of the recording, and the recording says it
+    had no samples."""
     binary = build_c("stuck.c", str(tmp_path), FRAME_POINTERS, name="stuck")
     out = str(tmp_path / "stuck.folded")
     with running_target([binary]) as target:
@@ -481,7 +482,7 @@ def test_a_recording_says_which_threads_it_could_not_detach(tmp_path):
         finally:
             os.kill(child, signal.SIGKILL)
     assert result.returncode == 0, result.stderr
-    assert "1 thread(s) did not stop to be detached (1 in uninterruptible sleep (D))" in result.stderr, result.stderr
+    assert "1 thread(s) did not stop when last asked (1 in uninterruptible sleep (D))" in result.stderr, result.stderr
 
 
 def test_dump_lists_a_thread_that_cannot_stop_and_says_why(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from types import SimpleNamespace
 
 from profiler.config import SamplerConfig
@@ -76,7 +77,10 @@ def test_a_stack_unmapped_once_its_thread_exited_is_no_error():
     assert worker.native_id is not None
     proc = ThreadProc(os.getpid(), worker.native_id)  # opened while it runs, as the tracer does
     done.set()
-    worker.join()
+    worker.join()  # returns a little before the kernel has ended the thread: wait for that too
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{worker.native_id}") and time.monotonic() < deadline:
+        time.sleep(0.001)
     exited = ThreadRecord(os.getpid(), worker.native_id, 1, "worker", proc=proc)
     recorder._track_stack_mapping(target, exited, 0x5000)  # type: ignore[arg-type]
     assert session.counters == {"stack_unmapped_after_exit": 1}

@@ -33,17 +33,25 @@ the work after the stops goes on at real-time priority for at most WORK_BUDGET (
 and before periodic work that can be long (``normal``). A single step that runs past the budget is cut by
 the kernel: with RLIMIT_RTTIME set, a real-time thread that runs that long without blocking is sent
 SIGXCPU, whose handler here drops the thread back (the kernel counts in scheduler ticks: it fired 4.5-7 ms
-into a busy loop here, HZ=250). Without that backstop (not the main thread, a hard RTTIME limit, or a CPU
-time limit whose SIGXCPU must keep its meaning) the thread drops back after every tick's stops, as it did
-before.
+into a busy loop here, HZ=250). Without that backstop (a hard RTTIME limit, a CPU time limit whose SIGXCPU
+must keep its meaning, or a sampling thread other than the main one without ``on_sigxcpu`` installed) the
+thread drops back after every tick's stops, as it did before.
+
+Python runs signal handlers on the main thread only, and nprof samples on a thread of its own
+(``target/tracing_thread.py``): there the main thread installs ``on_sigxcpu`` for the tracing thread's
+life, every other thread blocks SIGXCPU so that the kernel hands the main thread the signal (RLIMIT_RTTIME's
+is sent to the whole process), and the handler drops the sampling thread by its id. It runs once the main
+thread has the GIL, which the sampling thread gives up within the interpreter's switch interval (5 ms).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import resource
 import signal
+import threading
 import time
 from types import FrameType
 
@@ -53,6 +61,14 @@ from profiler.errors import PermissionDenied
 #: SCHED_FIFO priority of the sampling thread: the level ptrace-costs.md section 3 measured. Low among
 #: real-time priorities (1-99), so threaded interrupt handlers (50) and audio threads still come first.
 FIFO_PRIORITY = 10
+
+#: SCHED_FIFO priority of the main thread while it waits for a sampling thread of its own, whose SIGXCPU
+#: handler it runs (module docstring): the lowest, below the sampling thread's, which it never preempts. Any
+#: real-time policy has its wake-up placed on a CPU that runs no real-time thread (the kernel's RT push); at
+#: its own policy the main thread could be queued behind the sampling thread on that one's CPU, and the
+#: handler ran 60-80 ms after the signal in 6 of 8 trials here (until the other CPU's load balancing took
+#: it), against 12 ms in the other two
+HANDLER_PRIORITY = 1
 
 #: how long the work after a tick's stops may go on at real-time priority: one EEVDF base slice
 #: (``sysctl_sched_base_slice``, 0.75 ms, kernel/sched/fair.c, before its scaling by the CPU count), the time
@@ -80,6 +96,16 @@ NOT_PERMITTED = (
 )
 
 
+#: the policy whose backstop is armed: ``on_sigxcpu`` drops its thread
+_armed: SamplingPolicy | None = None
+
+
+def on_sigxcpu(signum: int, frame: FrameType | None) -> None:
+    """SIGXCPU's handler while a sampling thread's backstop is armed (``SamplingPolicy._arm_backstop``)."""
+    if _armed is not None:
+        _armed._on_sigxcpu()
+
+
 class SamplingPolicy:
     """Switches the calling thread between SCHED_FIFO (``realtime``) and the policy it had at ``start``
     (``normal``), and bounds the work done at SCHED_FIFO after the stops (``after_stops``, ``check``). Every
@@ -89,12 +115,17 @@ class SamplingPolicy:
         self.mode = mode
         self._fifo: os.sched_param | None = None  #: the real-time priority ``start`` was granted, if any
         self._own = (os.SCHED_OTHER, os.sched_param(0))  #: the thread's policy before ``start``, to go back to
+        #: the thread ``start`` was called on, which the others switch (0: the calling one): the SIGXCPU handler
+        #: runs on the main thread
+        self._tid = 0
         self._raised = False
         #: monotonic time at which the work after the stops drops back; infinite from ``realtime`` on (the sleep
         #: and the stops), when no budget runs and the backstop leaves the thread at real-time priority
         self._budget_end = math.inf
         #: what ``stop`` restores when the kernel's backstop is armed: the SIGXCPU handler and RLIMIT_RTTIME
         self._backstop: tuple[object, tuple[int, int]] | None = None
+        #: the main thread's id and policy, while it waits at HANDLER_PRIORITY (``_raise_handler_thread``)
+        self._handler_thread: tuple[int, int, os.sched_param] | None = None
         self.budget_drops = 0  #: ticks whose work after the stops outlasted WORK_BUDGET
         self.backstop_drops = 0  #: steps of that work cut by SIGXCPU
 
@@ -109,6 +140,7 @@ class SamplingPolicy:
         if policy & ~os.SCHED_RESET_ON_FORK in _REALTIME_POLICIES:
             return None  # started under chrt -f/-r: it already preempts the target's fair-class threads
         own = (policy, os.sched_getparam(0))
+        self._tid = threading.get_native_id()
         for priority in _candidate_priorities():
             fifo = os.sched_param(priority)
             try:
@@ -127,24 +159,32 @@ class SamplingPolicy:
 
     def stop(self) -> None:
         """Back at the thread's own policy, with the SIGXCPU handler and RTTIME limit it had."""
+        global _armed
         self.normal()
         if self._backstop is not None:
             handler, limit = self._backstop
             self._backstop = None
             resource.setrlimit(resource.RLIMIT_RTTIME, limit)  # first: no SIGXCPU can come after the handler
-            signal.signal(signal.SIGXCPU, handler)  # type: ignore[arg-type]
+            if handler is not None:
+                signal.signal(signal.SIGXCPU, handler)  # type: ignore[arg-type]
+            _armed = None
+        if self._handler_thread is not None:
+            tid, policy, param = self._handler_thread
+            self._handler_thread = None
+            with contextlib.suppress(OSError):  # (a main thread gone: nprof is ending anyway)
+                os.sched_setscheduler(tid, policy, param)
 
     def realtime(self) -> None:
         """Before the sampler sleeps until its next tick: its wake-up must preempt the target."""
         self._budget_end = math.inf
         if self._fifo is not None and not self._raised:
-            os.sched_setscheduler(0, _FIFO, self._fifo)
+            os.sched_setscheduler(self._tid, _FIFO, self._fifo)
             self._raised = True
 
     def normal(self) -> None:
         """Back to the thread's own policy at once: for work that can be long."""
         if self._raised:
-            os.sched_setscheduler(0, *self._own)
+            os.sched_setscheduler(self._tid, *self._own)
             self._raised = False
 
     def after_stops(self) -> None:
@@ -171,19 +211,39 @@ class SamplingPolicy:
         blocking (RLIMIT_RTTIME, setrlimit(2)); its handler drops the thread back. Left unarmed where that
         cannot be done safely: a hard RTTIME limit would SIGKILL nprof at its end if the handler were late, and
         a CPU time limit (RLIMIT_CPU) sends SIGXCPU too, which must still end nprof."""
+        global _armed
         if self._backstop is not None:
             return  # armed by an earlier ``start`` that no ``stop`` followed: its handler is the one to restore
         limit = resource.getrlimit(resource.RLIMIT_RTTIME)
         if limit[1] != resource.RLIM_INFINITY or resource.getrlimit(resource.RLIMIT_CPU)[0] != resource.RLIM_INFINITY:
             return
-        try:
-            handler = signal.signal(signal.SIGXCPU, self._on_sigxcpu)
-        except ValueError:  # not the main thread: Python runs signal handlers there only
-            return
+        handler: object = None  #: the handler to put back at ``stop``; None: the main thread installed ours
+        if threading.current_thread() is threading.main_thread():
+            handler = signal.signal(signal.SIGXCPU, on_sigxcpu)
+        elif signal.getsignal(signal.SIGXCPU) is not on_sigxcpu:
+            return  # only the main thread may install a handler (module docstring)
+        else:
+            self._raise_handler_thread()
+        _armed = self
         self._backstop = (handler, limit)
         _set_rttime_backstop()
 
-    def _on_sigxcpu(self, signum: int, frame: FrameType | None) -> None:
+    def _raise_handler_thread(self) -> None:
+        """Put the main thread, which runs the SIGXCPU handler for this thread and does nothing else while it
+        samples (``target/tracing_thread.py``), at HANDLER_PRIORITY until ``stop``."""
+        main = threading.main_thread().native_id
+        if main is None:
+            return
+        own = os.sched_getscheduler(main), os.sched_getparam(main)
+        if own[0] & ~os.SCHED_RESET_ON_FORK in _REALTIME_POLICIES:
+            return
+        try:
+            os.sched_setscheduler(main, _FIFO, os.sched_param(HANDLER_PRIORITY))
+        except PermissionError:
+            return
+        self._handler_thread = (main, *own)
+
+    def _on_sigxcpu(self) -> None:
         """A step of the work after the stops ran at real-time priority past the budget: drop back. (A tick's
         stops themselves stay at real-time priority, as they would without the backstop: threads resumed
         first must not preempt the sampler while it still holds others.) The kernel moved the soft limit a

@@ -28,7 +28,7 @@ import os
 import signal
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
@@ -69,11 +69,12 @@ def sigchld_blocked_everywhere() -> bool:
 
 
 @contextlib.contextmanager
-def sigchld_blocked() -> Iterator[None]:
-    """Block SIGCHLD in this thread for the ``with`` body only. Threads started inside (numpy's BLAS workers,
-    at numpy's import) inherit the mask and keep it, so they never take the SIGCHLD ``SigchldWait`` waits
-    for; this thread gets its mask back, so a command it spawns later does not inherit a blocked SIGCHLD."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+def sigchld_blocked(also: Iterable[int] = ()) -> Iterator[None]:
+    """Block SIGCHLD (and the signals ``also``) in this thread for the ``with`` body only. Threads started
+    inside (numpy's BLAS workers, at numpy's import) inherit the mask and keep it, so they never take the
+    SIGCHLD ``SigchldWait`` waits for; this thread gets its mask back, so a command it spawns later does not
+    inherit a blocked SIGCHLD."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, *also})
     try:
         yield
     finally:

@@ -34,13 +34,16 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
 from profiler.target.libc import syscall
 
 T = TypeVar("T")
+
+#: a Python signal handler, as ``signal.signal`` takes it
+Handler = Callable[[int, Any], Any]
 
 #: a step handed to the tracing thread: what to run, where its outcome goes ([True, value] or [False, the
 #: exception]), and the event set once it is there
@@ -73,13 +76,17 @@ class TracingThread:
     """One thread that makes every ptrace call of a recording; its exit detaches every tracee (module
     docstring). Use as a context manager from the main thread, handing it work with ``call``."""
 
-    def __init__(self, name: str = "nprof-tracer") -> None:
+    def __init__(self, handlers: Mapping[int, Handler] | None = None, name: str = "nprof-tracer") -> None:
+        """``handlers``: signal handlers the main thread installs for the thread's life, on behalf of code
+        that runs on it (Python runs handlers on the main thread only); the thread blocks those signals, so
+        that the kernel hands a process-wide one to a thread that takes it (``priority.on_sigxcpu``)."""
         self._requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._busy = False  #: the main thread waits for a ``call`` to return
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._native_id: int | None = None
         self._started = threading.Event()
-        self._old_handler: Any = None
+        self._handlers = dict(handlers or {})
+        self._old_handlers: dict[int, Any] = {}
         self._old_mask: set[signal.Signals] | None = None
 
     # --- the main thread's side ---------------------------------------------------------------------------
@@ -87,8 +94,9 @@ class TracingThread:
     def __enter__(self) -> TracingThread:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("the tracing thread is driven from the main thread (Python runs signal handlers there)")
-        self._old_handler = signal.signal(WAKE_SIGNAL, _on_wake)
-        signal.siginterrupt(WAKE_SIGNAL, True)
+        for signum, handler in {WAKE_SIGNAL: _on_wake, **self._handlers}.items():
+            self._old_handlers[signum] = signal.signal(signum, handler)
+            signal.siginterrupt(signum, True)
         # SIGCHLD blocked in the main thread too while the tracing thread waits for it (``events.py``); the
         # command ``record`` starts was forked before, with the mask it had
         self._old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
@@ -141,18 +149,18 @@ class TracingThread:
             while os.path.exists(f"/proc/self/task/{self._native_id}") and time.monotonic() < end:
                 time.sleep(_GONE_POLL)
         if not wait:
-            return  # the thread may still wait, on SIGALRM too: its handler stays, where the default kills nprof
+            return  # the thread may still take its signals: the handlers stay, where the defaults end nprof
         if self._old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
             self._old_mask = None
-        if self._old_handler is not None:
-            signal.signal(WAKE_SIGNAL, self._old_handler)
-            self._old_handler = None
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._old_handlers.clear()
 
     # --- the tracing thread's side ------------------------------------------------------------------------
 
     def _serve(self) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED_IN_THREAD)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED_IN_THREAD.union(self._handlers))
         self._native_id = threading.get_native_id()
         self._started.set()
         while True:

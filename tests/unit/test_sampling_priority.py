@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -149,7 +151,7 @@ def test_the_work_after_the_stops_stays_real_time_for_its_budget(monkeypatch):
     policy = pr.SamplingPolicy(SamplingPriority.AUTO)
     policy.start()
     try:
-        assert signal.getsignal(signal.SIGXCPU) == policy._on_sigxcpu
+        assert signal.getsignal(signal.SIGXCPU) == pr.on_sigxcpu
         budget_us = round(pr.WORK_BUDGET * 1e6)
         assert kernel.set_limits == [(budget_us, resource.RLIM_INFINITY)]
         policy.after_stops()
@@ -161,10 +163,10 @@ def test_the_work_after_the_stops_stays_real_time_for_its_budget(monkeypatch):
         policy.check()
         assert kernel.calls == [FIFO, OTHER] and policy.budget_drops == 1
         policy.realtime()
-        policy._on_sigxcpu(signal.SIGXCPU, None)  # during a tick's stops: they finish at real-time priority
+        pr.on_sigxcpu(signal.SIGXCPU, None)  # during a tick's stops: they finish at real-time priority
         assert kernel.calls == [FIFO, OTHER, FIFO] and policy.backstop_drops == 0
         policy.after_stops()
-        policy._on_sigxcpu(signal.SIGXCPU, None)  # a step of the work after them ran past the budget
+        pr.on_sigxcpu(signal.SIGXCPU, None)  # a step of the work after them ran past the budget
         assert kernel.calls == [FIFO, OTHER, FIFO, OTHER] and policy.backstop_drops == 1
         assert kernel.set_limits[-1] == (budget_us, resource.RLIM_INFINITY)  # set back after each signal
     finally:
@@ -225,3 +227,56 @@ def test_threads_started_at_real_time_priority_do_not_inherit_it():
     finally:
         policy.stop()
     assert seen == [os.SCHED_OTHER]
+
+
+#: the backstop of a sampling thread that is not the main one (``target/tracing_thread.py``), in a process of
+#: its own: the CLI's import of numpy is what makes numpy's threads block SIGXCPU, so that the main thread is
+#: the one the kernel hands it to. Prints how the busy loop at real-time priority ended.
+_BACKSTOP_ON_THE_TRACING_THREAD = """
+import os, signal, threading, time
+import profiler.cli
+from profiler.config import SamplingPriority
+from profiler.sampling import priority as pr
+from profiler.target.tracing_thread import TracingThread
+
+def policy_of(tid=0):
+    return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
+
+def work():
+    policy = pr.SamplingPolicy(SamplingPriority.AUTO)
+    if policy.start() is not None or policy_of() != os.SCHED_FIFO or policy._backstop is None:
+        policy.stop()
+        return "skip"
+    try:
+        main = policy_of(threading.main_thread().native_id)
+        time.sleep(0.001)  # the kernel counts real-time run time from the last wake-up
+        policy.after_stops()
+        start = time.monotonic()
+        while policy_of() == os.SCHED_FIFO:
+            if time.monotonic() - start > 1.0:
+                return "not cut"
+        return f"cut {policy.backstop_drops} {time.monotonic() - start:.3f} {main}"
+    finally:
+        policy.stop()
+
+with TracingThread(handlers={signal.SIGXCPU: pr.on_sigxcpu}) as tracing:
+    print(tracing.call(work), policy_of(), signal.getsignal(signal.SIGXCPU) is pr.on_sigxcpu)
+print(signal.getsignal(signal.SIGXCPU) == signal.SIG_DFL)
+"""
+
+
+def test_the_kernel_cuts_long_work_on_a_tracing_thread():
+    """Python runs signal handlers on the main thread only: there the handler drops the tracing thread by its
+    id, once the main thread, at real-time priority while it waits, has the GIL (the switch interval, 5 ms)."""
+    result = subprocess.run([sys.executable, "-c", _BACKSTOP_ON_THE_TRACING_THREAD], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    first, after = result.stdout.splitlines()
+    if first.startswith("skip"):
+        pytest.skip("real-time priority or the SIGXCPU backstop is not available here")
+    what, drops, took, main_policy, main_after, installed = first.split()
+    assert (what, drops) == ("cut", "1"), first
+    assert float(took) < 0.5, f"cut after {took} s"
+    assert int(main_policy) == os.SCHED_FIFO, "the main thread waits at real-time priority"
+    assert int(main_after) == os.SCHED_OTHER, "and is back at its own once sampling stopped"
+    assert installed == after == "True", "the handler is the main thread's, for the tracing thread's life"

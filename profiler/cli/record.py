@@ -189,15 +189,15 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         )
 
     stop = StopFlag()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # nprof's own, which the command starts with
     with stop:  # from the fork on, a signal is a flag: it ends the set-up at its next step, the recording at a tick
-        child = LaunchedCommand(command, stop.ignored) if command else None  # forked, held before its exec
-        pid = child.pid if child is not None else process_of_pid(args.pid)
         # Every ptrace call is the tracing thread's, and its end detaches the target without stopping it; the
         # handler that bounds its work at real-time priority runs on this thread
         with TracingThread(handlers={signal.SIGXCPU: priority.on_sigxcpu}) as tracing:
             stop.wake = tracing.wake
-            if child is not None:
-                tracing.call(child.seize)
+            # forked by the thread that seizes it, at once: held before its exec
+            child = tracing.call(LaunchedCommand, command, stop.ignored, mask) if command else None
+            pid = child.pid if child is not None else process_of_pid(args.pid)
             sampler: Sampler | None = None
             try:
                 name = os.path.basename(command[0]) if command else procfs.read_comm(pid)

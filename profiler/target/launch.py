@@ -9,9 +9,9 @@ instruction (PTRACE_EVENT_EXEC, ptrace(2)), and it waits there while nprof maps 
 
 The child runs a few lines of Python between the fork and the exec: the signal dispositions reset as
 ``subprocess`` resets them (and SIGINT's and SIGTERM's, which nprof handles), a read of the gate,
-``os.execvp``. None takes a lock another thread of nprof
-could hold (numpy's BLAS workers only wait on their own condition variables; glibc's fork keeps malloc
-usable in the child), so the fork is safe although nprof has threads. If the exec fails, the child writes
+``os.execvp``. None takes a lock another thread of nprof could hold (the main thread only waits for the
+tracing thread, which forks; numpy's BLAS workers only wait on their own condition variables; glibc's fork
+keeps malloc usable in the child), so the fork is safe although nprof has threads. If the exec fails, the child writes
 its errno to a close-on-exec pipe and exits: an empty pipe means the exec happened.
 """
 
@@ -22,10 +22,9 @@ import os
 import shutil
 import signal
 import stat
-import threading
 import time
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from profiler.errors import PermissionDenied, TargetError, UsageError
 from profiler.target import ptrace as pt
@@ -48,12 +47,15 @@ _RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ
 class LaunchedCommand:
     """A command nprof forked, held before its exec until ``run_to_exec``."""
 
-    def __init__(self, command: Sequence[str], ignored: Collection[int] | None = None) -> None:
-        """Fork ``command``, held at its gate. ``ignored``: the stop signals (SIGINT, SIGTERM) it starts with
-        ignored, as nprof was started (a script's background job ignores SIGINT), when a handler of
-        nprof's has taken their place since (default: those ignored now)."""
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("a command is launched from the main thread (its signal handlers are reset)")
+    def __init__(
+        self, command: Sequence[str], ignored: Collection[int] | None = None, mask: Iterable[int] | None = None
+    ) -> None:
+        """Fork ``command``, held at its gate, and seize it, from the thread that traces it (a tracee is the
+        seizing thread's, ``tracing_thread.py``). ``ignored``: the stop signals (SIGINT, SIGTERM) it starts
+        with ignored, as nprof was started (a script's background job ignores SIGINT), when a handler of
+        nprof's has taken their place since (default: those ignored now). ``mask``: the signals it starts
+        with blocked, as nprof was started (default: this thread's mask now); the tracing thread blocks
+        signals of its own, which an exec would pass on."""
         self.command = list(command)
         _refuse_unrunnable(self.command[0])
         if ignored is None:
@@ -63,37 +65,31 @@ class LaunchedCommand:
         self._report, report_w = os.pipe()
         # SIGINT and SIGTERM are blocked across the fork: one that reaches the child before it has reset them
         # then kills it, as it would kill the command, instead of running its copy of nprof's handler
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        own_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        child_mask = set(own_mask if mask is None else mask)
         try:
             with warnings.catch_warnings():
                 # Python 3.12+ warns about fork in a process with threads; the child only execs (module docstring)
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
             if pid == 0:  # the child: never returns
-                _exec_when_released(gate_r, self._gate, self._report, report_w, self.command, mask, ignored)
+                _exec_when_released(gate_r, self._gate, self._report, report_w, self.command, child_mask, ignored)
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            signal.pthread_sigmask(signal.SIG_SETMASK, own_mask)
         os.close(gate_r)
         os.close(report_w)
         self.pid = pid
-        self._seize_error: int | None = None  #: the errno of ``seize``, 0 once seized; None before it
-        self._seized = False
-
-    def seize(self) -> None:
-        """Seize the child at its gate, with PTRACE_O_TRACEEXEC, on the thread that traces (a tracee is the
-        seizing thread's, ``tracing_thread.py``). Call it at once, though ``run_to_exec`` releases the child
-        only later: nprof builds its sampler in between (40-50 ms here), and a tracer following children took
-        the child in that time (nprof's own tests, run by an nprof with --subprocesses: "already being
-        traced" in 2 of 3 daemon tests)."""
-        self._seize_error = pt.seize(self.pid, pt.PTRACE_O_TRACEEXEC)
+        # Seized at once, though released only by ``run_to_exec``: nprof builds its sampler in between (40-50
+        # ms here), and a tracer following children took the child in that time (nprof's own tests, run by
+        # an nprof with --subprocesses: "already being traced" in 2 of 3 daemon tests). Forked on the main
+        # thread and seized on the tracing thread, 1 of 3 such runs lost the child in the hand-over.
+        self._seize_error = pt.seize(pid, pt.PTRACE_O_TRACEEXEC)
         self._seized = self._seize_error == 0
 
     def run_to_exec(self) -> None:
         """Let the child, seized at its fork, exec, and return once it waits in its exec stop, seized by this
         thread with PTRACE_O_TRACEEXEC. Raises UsageError when the command cannot run (not found, not
         executable), PermissionDenied when ptrace was refused (the command is then never started)."""
-        if self._seize_error is None:
-            self.seize()
         err = self._seize_error
         if err:
             if err == errno.EPERM:
@@ -234,7 +230,7 @@ def _exec_when_released(
     report_r: int,
     report_w: int,
     argv: list[str],
-    mask: set[signal.Signals],
+    mask: set[int],
     ignored: Collection[int],
 ) -> None:
     """The child's side: the stop signals nprof handles take their default action, or stay ignored

@@ -21,9 +21,10 @@ cleared, and a sleeping thread is never woken at all. Measured here: a thread in
 detached one by one, the first returned EINTR and the process died of SIGSYS.
 
 The main thread keeps what Python gives it alone: signal handlers run there (SIGINT and SIGTERM set the stop
-flag, ``cli/stop.py``), and it forks the command ``nprof record -- CMD`` starts (``launch.py``). It hands
-each tracing step to this thread (``call``) and waits; ``wake`` ends the thread's current wait early so that
-it sees the stop flag at once. The tracer's waits (``events.py``) end on any handled signal: the wake is
+flag, ``cli/stop.py``; SIGXCPU drops the tracing thread's real-time priority, ``sampling/priority.py``). It
+hands each tracing step to this thread (``call``) and waits; ``wake`` ends the thread's current wait early
+so that it sees the stop flag at once. The command ``nprof record -- CMD`` starts is forked here too, and
+seized in the same step (``launch.py``). The tracer's waits (``events.py``) end on any handled signal: the wake is
 SIGALRM, whose handler (a no-op) is installed here, and which ``alarm.py`` also uses for its deadlines.
 """
 
@@ -98,7 +99,7 @@ class TracingThread:
             self._old_handlers[signum] = signal.signal(signum, handler)
             signal.siginterrupt(signum, True)
         # SIGCHLD blocked in the main thread too while the tracing thread waits for it (``events.py``); the
-        # command ``record`` starts was forked before, with the mask it had
+        # command ``record`` starts is given nprof's own mask (``LaunchedCommand``'s ``mask``)
         self._old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         self._thread.start()
         self._started.wait()

@@ -195,8 +195,9 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         # handler that bounds its work at real-time priority runs on this thread
         with TracingThread(handlers={signal.SIGXCPU: priority.on_sigxcpu}) as tracing:
             stop.wake = tracing.wake
-            # forked by the thread that seizes it, at once: held before its exec
-            child = tracing.call(LaunchedCommand, command, stop.ignored, mask) if command else None
+            child = LaunchedCommand(command, stop.ignored, mask) if command else None  # held before its exec
+            if child is not None:
+                tracing.call(child.seize)  # at once (``LaunchedCommand.seize``)
             pid = child.pid if child is not None else process_of_pid(args.pid)
             sampler: Sampler | None = None
             try:

@@ -186,8 +186,7 @@ from profiler.cli import main as cli
 agents = cli.default_agents
 
 def signal_the_child(objects):
-    # (the tracing thread forks it: each thread's children are listed under that thread)
-    [child] = [c for t in os.listdir("/proc/self/task") for c in open(f"/proc/self/task/{t}/children").read().split()]
+    [child] = open(f"/proc/self/task/{os.getpid()}/children").read().split()
     os.kill(int(child), signal.SIGINT)
     return agents(objects)
 

@@ -23,8 +23,8 @@ detached one by one, the first returned EINTR and the process died of SIGSYS.
 The main thread keeps what Python gives it alone: signal handlers run there (SIGINT and SIGTERM set the stop
 flag, ``cli/stop.py``; SIGXCPU drops the tracing thread's real-time priority, ``sampling/priority.py``). It
 hands each tracing step to this thread (``call``) and waits; ``wake`` ends the thread's current wait early
-so that it sees the stop flag at once. The command ``nprof record -- CMD`` starts is forked here too, and
-seized in the same step (``launch.py``). The tracer's waits (``events.py``) end on any handled signal: the wake is
+so that it sees the stop flag at once. The main thread also forks the command ``nprof record -- CMD``
+starts, which this thread seizes in its next step (``launch.py``). The tracer's waits (``events.py``) end on any handled signal: the wake is
 SIGALRM, whose handler (a no-op) is installed here, and which ``alarm.py`` also uses for its deadlines.
 """
 

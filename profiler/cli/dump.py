@@ -149,6 +149,13 @@ def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
     records = sampler.tracer.seized.sync(pid)
     states = {r.tid: r.proc.state() or "?" for r in records}
     with sampler.tracer.hold(records, copy_stack=native) as captures:
+        # Threads that did not stop (in the kernel's uninterruptible sleep: a vfork parent, a stuck
+        # filesystem), with their state when the hold gave up on them: read after the hold, a thread woken
+        # meanwhile was said to have been "running". (They went unlisted when their stop came after the
+        # hold, and the end of tracing dropped them: ``gone``.)
+        captured = {c.thread.tid for c in captures}
+        missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{pid}/task/{r.tid}/wchan") or "")
+                   for r in records if r.tid not in captured and not r.gone]  # fmt: skip
         # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
         # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
         # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
@@ -160,12 +167,6 @@ def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
             for c in captures:
                 if c.agent_data is not None:
                     local_vars[c.thread.tid] = locals_of(c.agent_data)
-    # threads that did not stop (in the kernel's uninterruptible sleep: a vfork parent, a stuck
-    # filesystem), told now: the end of tracing may yet see them stop, and drops them (``gone``), and they
-    # went unlisted when their stop came by then
-    captured = {c.thread.tid for c in captures}
-    missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{pid}/task/{r.tid}/wchan") or "")
-               for r in records if r.tid not in captured and not r.gone]  # fmt: skip
     gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
     for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
         if c.thread.group_stopped:

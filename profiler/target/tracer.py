@@ -468,9 +468,10 @@ class Tracer:
                 return
             self._handle_event(tid, status)
 
-    def _forget_all(self) -> None:
+    def _forget_all(self, exited: bool = True) -> None:
+        """Forget every thread and orphan: all exited (ECHILD), or, ``exited`` False, all detached."""
         for record in list(self.seized.records.values()):
-            self._drop(record)
+            self._drop(record, exited)
         self.orphans.clear()
 
     # --- the guard and detaching --------------------------------------------------------------------------
@@ -550,9 +551,7 @@ class Tracer:
                     self._drop(record, exited=False)
                 self.orphans.pop(tid, None)
         finally:
-            self._close_events()
-        self._stack_readers.clear()
-        self.seized.processes.clear()
+            self._forget_processes()
         return list(waiting)
 
     def leave_to_thread_exit(self) -> list[int]:
@@ -579,14 +578,16 @@ class Tracer:
         self.answer_events()
         self.late_captures.clear()
         unstopped = [r.tid for r in self.seized.records.values() if r.interrupt_pending and not r.proc.exited()]
-        for record in list(self.seized.records.values()):
-            self._drop(record, exited=False)
+        self._forget_all(exited=False)
         self.exec_stopped.clear()  # woken by the thread's exit into their new program, as ``resume_exec`` does
-        self.orphans.clear()
+        self._forget_processes()
+        return unstopped
+
+    def _forget_processes(self) -> None:
+        """The end of ``detach_all`` and ``leave_to_thread_exit``: no process is traced any more."""
         self._close_events()
         self._stack_readers.clear()
         self.seized.processes.clear()
-        return unstopped
 
     def _wait_for_orphans(self, waiting: dict[int, ThreadRecord | None]) -> None:
         """Ask a stop of every orphan that ``detach_all`` does not wait for yet."""

@@ -46,8 +46,9 @@ _timer_delete = libc.timer_delete
 _timer_delete.argtypes = (ctypes.c_void_p,)
 
 
-def _on_alarm(signum: int, frame: object) -> None:
-    """Does nothing: the alarm's only job is to make the blocking waitpid return EINTR."""
+def on_alarm(signum: int, frame: object) -> None:
+    """Does nothing: SIGALRM's only job is to make a blocking wait return EINTR (this alarm's deadline, and
+    ``tracing_thread.TracingThread.wake``)."""
 
 
 class ThreadAlarm:
@@ -62,7 +63,7 @@ class ThreadAlarm:
         #: the handler this alarm replaced, to put back at ``close``; None where it found one in place
         self._old_handler: object = None
         if threading.current_thread() is threading.main_thread():
-            self._old_handler = signal.signal(signal.SIGALRM, _on_alarm)
+            self._old_handler = signal.signal(signal.SIGALRM, on_alarm)
             signal.siginterrupt(signal.SIGALRM, True)
         elif not callable(signal.getsignal(signal.SIGALRM)):
             # only the main thread may install a handler, and SIGALRM's default action ends the process:

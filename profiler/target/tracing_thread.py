@@ -24,8 +24,9 @@ The main thread keeps what Python gives it alone: signal handlers run there (SIG
 flag, ``cli/stop.py``; SIGXCPU drops the tracing thread's real-time priority, ``sampling/priority.py``). It
 hands each tracing step to this thread (``call``) and waits; ``wake`` ends the thread's current wait early
 so that it sees the stop flag at once. The main thread also forks the command ``nprof record -- CMD``
-starts, which this thread seizes in its next step (``launch.py``). The tracer's waits (``events.py``) end on any handled signal: the wake is
-SIGALRM, whose handler (a no-op) is installed here, and which ``alarm.py`` also uses for its deadlines.
+starts, which this thread seizes in its next step (``launch.py``). The tracer's waits (``events.py``) end on
+any handled signal: the wake is SIGALRM, whose no-op handler (``alarm.on_alarm``, for the alarm's deadlines
+too) is installed here.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
+from profiler.target.alarm import on_alarm
 from profiler.target.libc import syscall
 
 T = TypeVar("T")
@@ -69,10 +71,6 @@ _GONE_POLL = 0.0005
 _GONE_AT_MOST = 5.0
 
 
-def _on_wake(signum: int, frame: object) -> None:
-    """Does nothing: the wake-up's only job is to make the tracing thread's blocking wait return EINTR."""
-
-
 class TracingThread:
     """One thread that makes every ptrace call of a recording; its exit detaches every tracee (module
     docstring). Use as a context manager from the main thread, handing it work with ``call``."""
@@ -94,8 +92,8 @@ class TracingThread:
 
     def __enter__(self) -> TracingThread:
         if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("the tracing thread is driven from the main thread (Python runs signal handlers there)")
-        for signum, handler in {WAKE_SIGNAL: _on_wake, **self._handlers}.items():
+            raise RuntimeError("the tracing thread is driven from the main thread (it runs the signal handlers)")
+        for signum, handler in {WAKE_SIGNAL: on_alarm, **self._handlers}.items():
             self._old_handlers[signum] = signal.signal(signum, handler)
             signal.siginterrupt(signum, True)
         # SIGCHLD blocked in the main thread too while the tracing thread waits for it (``events.py``); the
@@ -115,8 +113,6 @@ class TracingThread:
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` on the tracing thread and return what it returns, or raise what it
         raised. The main thread waits meanwhile, running its signal handlers as signals come."""
-        if threading.current_thread() is self._thread:
-            return fn(*args, **kwargs)
         done = threading.Event()
         box: list[Any] = []
         self._busy = True
@@ -141,16 +137,13 @@ class TracingThread:
         """End the thread, which detaches every tracee, and, with ``wait``, return only once the kernel has
         done so: the thread is gone from ``/proc/self/task`` (``Thread.join`` returns a little before the
         thread's exit reaches ``exit_ptrace``)."""
-        if self._thread.is_alive():
-            self._requests.put(None)
-            if wait:
-                self._thread.join()
-        if wait and self._native_id is not None:  # (its ``_serve`` ran: ``__enter__`` waited for it)
-            end = time.monotonic() + _GONE_AT_MOST
-            while os.path.exists(f"/proc/self/task/{self._native_id}") and time.monotonic() < end:
-                time.sleep(_GONE_POLL)
+        self._requests.put(None)
         if not wait:
             return  # the thread may still take its signals: the handlers stay, where the defaults end nprof
+        self._thread.join()
+        end = time.monotonic() + _GONE_AT_MOST
+        while os.path.exists(f"/proc/self/task/{self._native_id}") and time.monotonic() < end:
+            time.sleep(_GONE_POLL)
         if self._old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
             self._old_mask = None

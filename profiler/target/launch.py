@@ -85,7 +85,6 @@ class LaunchedCommand:
         os.close(report_w)
         self.pid = pid
         self._seize_error = errno.ESRCH  #: the errno of ``seize``; 0 once seized
-        self._seized = False
 
     def seize(self) -> None:
         """Seize the child at its gate with PTRACE_O_TRACEEXEC, on the thread that traces (a tracee is the
@@ -95,7 +94,6 @@ class LaunchedCommand:
         3 daemon tests), and once in a full test run where the tracing thread was started between the fork
         and the seize."""
         self._seize_error = pt.seize(self.pid, pt.PTRACE_O_TRACEEXEC)
-        self._seized = self._seize_error == 0
 
     def run_to_exec(self) -> None:
         """Let the child, seized at its fork, exec, and return once it waits in its exec stop, seized by this
@@ -131,7 +129,7 @@ class LaunchedCommand:
         if self._gate >= 0:
             self._close_gate()
             self.wait()
-        elif self._seized:
+        elif self._seize_error == 0:
             pt.detach(self.pid, 0)
         self._close_report()
 

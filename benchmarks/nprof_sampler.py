@@ -51,7 +51,6 @@ def main() -> None:
     sampler = cls(session, config)
     sampler.add_process(args.pid)
     cpu0, wall0 = time.process_time(), time.monotonic()
-    sampler.started = wall0
     try:
         for _tick in sampler.run():
             pass

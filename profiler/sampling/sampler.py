@@ -91,6 +91,7 @@ class Sampler:
         self.modules = self.processes.modules
         self.threads: dict[tuple[int, int], ThreadState] = {}
         self.timer = Timer(config.rate)
+        #: monotonic time of the recording's start: ``run``'s, from which the duration counts
         self.started = time.monotonic()
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
@@ -133,8 +134,11 @@ class Sampler:
         a target thread on its CPU (``priority.py``); the work after each tick's stops stays there only for a
         short budget, and the thread is back at its own priority when this ends."""
         config = self.config
+        # The duration counts from here, not from the set-up: an attach that outlasted -d (a thousand busy
+        # threads on two CPUs) left a recording with no tick at all
+        due = self.timer.next_due = self.started = time.monotonic()
+        self.session.meta.start_time = time.time()  # (with the duration: the span the samples came from)
         end = None if config.duration is None else self.started + config.duration
-        due = self.timer.next_due = time.monotonic()
         self.end_reason = EndReason.STOPPED
         tracer, timer, priority = self.tracer, self.timer, self.priority
         live = tracer.seized.live_pids  # kept up to date in place

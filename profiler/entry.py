@@ -11,6 +11,10 @@ noted while the import runs, and answered after it; nothing is attached or writt
 nothing to undo. The commands take over from there (``cli/stop.StopFlag``); one that came while the command line
 parsed its arguments (argparse) is caught here too.
 It lives outside ``profiler/cli``, whose package import is itself the slow part (numpy, at once).
+
+``record``, ``dump`` and ``demo`` take the highest fair-class priority permitted before that import
+(``sampling/niceness.py``): next to a target whose threads keep every CPU busy, the import alone took
+seconds at nice 0, and every thread the import starts inherits the priority.
 """
 
 from __future__ import annotations
@@ -19,8 +23,15 @@ import signal
 import sys
 from types import FrameType
 
+from profiler.sampling import niceness
+
+#: the commands that attach to a target, which the target's busy threads must not starve
+_ATTACHING = ("record", "dump", "demo")
+
 
 def main() -> int:
+    if sys.argv[1:2] and sys.argv[1] in _ATTACHING:
+        niceness.raise_nice()  # ``record --priority normal`` gives it back once its arguments are read
     noted: list[int] = []
     before = signal.getsignal(signal.SIGINT)
     # Python's handler, or ignored (a script's background job: ``kill -INT`` still stops nprof, as it stops

@@ -32,7 +32,7 @@ from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.export.session import SessionExporter
 from profiler.runtime import Agent
-from profiler.sampling import priority
+from profiler.sampling import niceness, priority
 from profiler.sampling.sampler import EndReason, Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
@@ -85,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--priority", choices=[c.value for c in SamplingPriority], default=SamplingPriority.AUTO.value,
         help="the sampler's scheduling from its sleep to the end of each tick's stops: auto raises it to "
         "SCHED_FIFO when permitted (else a notice: bursts of work on a shared CPU are undercounted), "
-        "fifo insists on it, normal never changes it (default auto)",
+        "fifo insists on it, normal never changes it, nor nprof's nice value, which auto and fifo raise to "
+        "-20 when permitted (default auto)",
     )  # fmt: skip
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: spawn and profile a command")
 
@@ -171,6 +172,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         )
     config = sampler_config(args)
     priority.require(config.priority)  # --priority fifo without permission: say so before attaching
+    if config.priority is SamplingPriority.NORMAL:
+        niceness.restore()  # raised at nprof's start (``entry.py``)
     export = export_config(args)
     exporter: Exporter | None = None
     if args.output is not None:
@@ -195,7 +198,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         # handler that bounds its work at real-time priority runs on this thread
         with TracingThread(handlers={signal.SIGXCPU: priority.on_sigxcpu}) as tracing:
             stop.wake = tracing.wake
-            child = LaunchedCommand(command, stop.ignored, mask) if command else None  # held before its exec
+            # held before its exec; it starts at the nice nprof was started at
+            child = LaunchedCommand(command, stop.ignored, mask, niceness.started_with()) if command else None
             if child is not None:
                 tracing.call(child.seize)  # at once (``LaunchedCommand.seize``)
             pid = child.pid if child is not None else process_of_pid(args.pid)

@@ -17,6 +17,7 @@ its errno to a close-on-exec pipe and exits: an empty pipe means the exec happen
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -49,13 +50,19 @@ class LaunchedCommand:
     """A command nprof forked, held before its exec until ``run_to_exec``."""
 
     def __init__(
-        self, command: Sequence[str], ignored: Collection[int] | None = None, mask: Iterable[int] | None = None
+        self,
+        command: Sequence[str],
+        ignored: Collection[int] | None = None,
+        mask: Iterable[int] | None = None,
+        nice: int | None = None,
     ) -> None:
         """Fork ``command``, held at its gate until ``seize``, then ``run_to_exec``. ``ignored``: the stop
         signals (SIGINT, SIGTERM) it starts with ignored, as nprof was started (a script's background job
         ignores SIGINT), when a handler of nprof's has taken their place since (default: those ignored now).
         ``mask``: the signals it starts with blocked, as nprof was started (default: this thread's mask now):
-        while the tracing thread runs, the main thread blocks SIGCHLD, which an exec would pass on."""
+        while the tracing thread runs, the main thread blocks SIGCHLD, which an exec would pass on.
+        ``nice``: the nice value it execs with, as nprof was started (default: nprof's now), when nprof has
+        raised its own since (``sampling/niceness.py``)."""
         if threading.current_thread() is not threading.main_thread():
             # Forked by the tracing thread, the command's first samples lacked their Python frames more
             # often: 41-50 threads of tests/targets/python/early_sleepers.py (one sample each) in 2 of 5
@@ -78,7 +85,8 @@ class LaunchedCommand:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
             if pid == 0:  # the child: never returns
-                _exec_when_released(gate_r, self._gate, self._report, report_w, self.command, child_mask, ignored)
+                _exec_when_released(gate_r, self._gate, self._report, report_w, self.command, child_mask, ignored,
+                                    nice)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, own_mask)
         os.close(gate_r)
@@ -241,10 +249,11 @@ def _exec_when_released(
     argv: list[str],
     mask: set[int],
     ignored: Collection[int],
+    nice: int | None,
 ) -> None:
     """The child's side: the stop signals nprof handles take their default action, or stay ignored
     (``ignored``), and are unblocked (``mask``: nprof's signal mask before the fork); then wait for the
-    gate, and exec ``argv`` (a PATH search, as ``subprocess`` does). On failure, report the errno and exit.
+    gate, take ``nice`` (nprof's own before it raised it), and exec ``argv`` (a PATH search, as ``subprocess`` does). On failure, report the errno and exit.
     Runs nothing that could raise past it: a child must never return into nprof's code."""
     try:
         for sig in _STOP_SIGNALS:
@@ -256,6 +265,9 @@ def _exec_when_released(
             os._exit(EXEC_FAILED)  # the gate closed unopened: nprof could not trace the command, or died
         for sig in _RESTORED_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
+        if nice is not None:
+            with contextlib.suppress(OSError):  # (lowering one's own priority is always permitted)
+                os.setpriority(os.PRIO_PROCESS, 0, nice)
         os.execvp(argv[0], argv)
     except OSError as e:
         try:

@@ -96,6 +96,36 @@ def test_a_command_keeps_the_stop_signals_nprof_was_started_with_ignored(tmp_pat
     assert not ignored & (1 << (signal.SIGTERM - 1)), "SIGTERM is ignored in the command"
 
 
+def _may_raise_nice() -> bool:
+    """Whether a process started here may take nice -20 (CAP_SYS_NICE, or RLIMIT_NICE 40)."""
+    probe = [sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, -20)"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+#: writes to "$0" the command's nice value and that of its tracer (nprof's tracing thread), both read while
+#: it is traced (field 19 of /proc/PID/stat; neither name has a space)
+NICE_PROBE = (
+    "t=$(awk '/^TracerPid/{print $2}' /proc/$$/status); "
+    "echo $(cut -d' ' -f19 /proc/$$/stat) $(cut -d' ' -f19 /proc/$t/stat) > \"$0\""
+)
+
+
+@pytest.mark.parametrize("priority", ["auto", "normal"])
+def test_nprof_raises_its_own_nice_not_the_commands(priority, tmp_path):
+    """nprof takes the highest fair-class priority it may, so that a target's busy threads do not starve
+    its work (``sampling/niceness.py``); the command it starts runs at the nice nprof was started at, and
+    ``--priority normal`` leaves nprof's own as it was."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    got = tmp_path / "got"
+    result = run_nprof("record", "--priority", priority, "-o", str(tmp_path / "p.folded"), "--",
+                       "sh", "-c", NICE_PROBE, str(got))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    command_nice, tracer_nice = map(int, got.read_text().split())
+    assert command_nice == own
+    raised = priority == "auto" and own == 0 and _may_raise_nice()
+    assert tracer_nice == (-20 if raised else own)
+
+
 @pytest.mark.parametrize(
     "content, mode, phrase",
     [

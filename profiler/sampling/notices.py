@@ -180,12 +180,17 @@ def untraced_threads(refused: Iterable[int]) -> str | None:
 _STATE_WORDS = {DISK_SLEEP: "in uninterruptible sleep", "R": "running", "S": "asleep", "t": "in a tracing stop"}
 
 
-def _states_said(tids: list[int]) -> str:
-    """The threads' states as now, most common first: "1 in uninterruptible sleep (D), 1 gone"."""
+def _thread_states(tids: list[int]) -> Counter[str]:
+    """How many of the threads are in each state now (``gone``: exited)."""
     states: Counter[str] = Counter()
     for tid in tids:
         status = read_status(tid)
         states[status.state if status is not None else "gone"] += 1
+    return states
+
+
+def _states_said(states: Counter[str]) -> str:
+    """The threads' states, most common first: "1 in uninterruptible sleep (D), 1 gone"."""
     return ", ".join(f"{n} gone" if state == "gone" else f"{n} {_STATE_WORDS.get(state, 'in state')} ({state})"
                      for state, n in states.most_common())  # fmt: skip
 
@@ -195,14 +200,27 @@ def undetached_threads(stuck: Iterable[int]) -> str:
     uninterruptible sleep (D)"): a thread must stop to be detached, and one in uninterruptible sleep stops
     for nothing. They were counted (``threads_not_detached``) and said to nobody (a sweep)."""
     tids = list(stuck)
-    return (f"{len(tids)} thread(s) did not stop to be detached ({_states_said(tids)}): they stay traced, each "
-            "stopped where it next stops, until nprof exits, which lets them go")
+    states = _states_said(_thread_states(tids))
+    return (f"{len(tids)} thread(s) did not stop to be detached ({states}): they stay traced, each stopped "
+            "where it next stops, until nprof exits, which lets them go")
+
+
+#: why a thread in that state did not stop when asked, for ``unstopped_threads``
+_WHY_UNSTOPPED = {
+    DISK_SLEEP: "a thread in the kernel's uninterruptible sleep stops only when it wakes",
+    # with more busy threads than CPUs, one waits its turn: 28 of 300 spinning threads on 2 CPUs, here
+    "R": "a runnable thread stops only when the scheduler runs it, and this target had more busy threads than "
+    "CPUs",
+}
 
 
 def unstopped_threads(unstopped: Iterable[int]) -> str:
     """A notice for the threads whose last stop asked never came (``Tracer.leave_to_thread_exit``), with
-    their states: one in uninterruptible sleep (a hung read, a vfork parent) stops for nothing, and with
-    --idle it was missing from the profile without a word (a sweep)."""
+    their states and why such a one does not stop: one in uninterruptible sleep (a hung read, a vfork parent)
+    stops for nothing, and with --idle it was missing from the profile without a word (a sweep); a runnable
+    one waits for a CPU."""
     tids = list(unstopped)
-    return (f"{len(tids)} thread(s) did not stop when last asked ({_states_said(tids)}), and have no samples "
-            "from then on: a thread in the kernel's uninterruptible sleep stops only when it wakes")
+    states = _thread_states(tids)
+    why = "; ".join(reason for state, reason in _WHY_UNSTOPPED.items() if state in states)
+    return (f"{len(tids)} thread(s) did not stop when last asked ({_states_said(states)}), and have no samples "
+            f"from then on" + (f": {why}" if why else ""))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.sampling.notices import (
     depth_limit_shortfall, no_unwind_info, other_stack_samples, rate_shortfall, signal_cost, stack_window_shortfall,
+    unstopped_threads,
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
 from profiler.sampling.session import Session, SessionMeta
@@ -154,3 +156,14 @@ def test_a_runtime_loaded_since_the_attach_that_nprof_cannot_read_is_told():
     process.maps = MappingIndex([*process.maps.mappings, libpython])
     processes._detect_loaded_later()
     assert told == ["pid 7 (host): CPython 3.7 is not supported (nprof reads 3.8 to 3.14); profiling native frames"]
+
+
+def test_threads_that_did_not_stop_are_told_why_for_their_state():
+    """A runnable thread waits for a CPU (a target with more busy threads than CPUs), not in uninterruptible
+    sleep, which the notice said of every thread before."""
+    running = threading.get_native_id()  # this thread, which is running as its state is read
+    said = unstopped_threads([running, 2**22 + 1])  # (above pid_max's default: gone)
+    assert said.startswith("2 thread(s) did not stop when last asked (1 running (R), 1 gone)"), said
+    assert "runnable thread stops only when the scheduler runs it" in said
+    assert "uninterruptible" not in said
+    assert unstopped_threads([2**22 + 1]).endswith("have no samples from then on")

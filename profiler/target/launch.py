@@ -253,7 +253,8 @@ def _exec_when_released(
 ) -> None:
     """The child's side: the stop signals nprof handles take their default action, or stay ignored
     (``ignored``), and are unblocked (``mask``: nprof's signal mask before the fork); then wait for the
-    gate, take ``nice`` (nprof's own before it raised it), and exec ``argv`` (a PATH search, as ``subprocess`` does). On failure, report the errno and exit.
+    gate, take ``nice`` (nprof's own before it raised it), and exec ``argv`` (a PATH search, as
+    ``subprocess`` does). On failure, report the errno and exit.
     Runs nothing that could raise past it: a child must never return into nprof's code."""
     try:
         for sig in _STOP_SIGNALS:

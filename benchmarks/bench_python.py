@@ -39,7 +39,7 @@ from benchmarks.bench_capture import build
 from benchmarks.results import RESULTS, spread, write_rows
 from profiler.model import StopReason
 from profiler.sampling.session import Session
-from profiler.target.procfs import read_text, split_stat
+from profiler.target.procfs import read_status, read_text, split_stat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_BIN = os.path.join(HERE, ".venv", "bin")
@@ -71,11 +71,15 @@ def profilers(rate: int, out_dir: str, floor: str) -> dict[str, list[str]]:
 
 
 def attached(pid: int, tracer_pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return any(line.startswith("TracerPid:") and int(line.split()[1]) == tracer_pid for line in f)
-    except OSError:
+    """The process ``tracer_pid`` traces ``pid``. TracerPid names the tracing thread, whose process is
+    compared: nprof traces from a thread of its own (``profiler/target/tracing_thread.py``), and compared
+    with the thread's id, nprof was never seen attached, and each of its runs began after the 30 s wait
+    for it (which put those 30 s of sampling an idle target into its whole-run CPU time)."""
+    status = read_status(pid)
+    if status is None or status.tracer_pid == 0:
         return False
+    tracer = read_status(status.tracer_pid)
+    return (tracer.tgid if tracer is not None else status.tracer_pid) == tracer_pid
 
 
 def started(pid: int, profiler: subprocess.Popen, output: str | None) -> bool:

@@ -39,7 +39,7 @@ from benchmarks.bench_capture import build
 from benchmarks.results import RESULTS, spread, write_rows
 from profiler.model import StopReason
 from profiler.sampling.session import Session
-from profiler.target.procfs import read_status, read_text, split_stat
+from profiler.target.procfs import read_status, read_text, split_stat, tracer_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV_BIN = os.path.join(HERE, ".venv", "bin")
@@ -71,15 +71,11 @@ def profilers(rate: int, out_dir: str, floor: str) -> dict[str, list[str]]:
 
 
 def attached(pid: int, tracer_pid: int) -> bool:
-    """The process ``tracer_pid`` traces ``pid``. TracerPid names the tracing thread, whose process is
-    compared: nprof traces from a thread of its own (``profiler/target/tracing_thread.py``), and compared
-    with the thread's id, nprof was never seen attached, and each of its runs began after the 30 s wait
-    for it (which put those 30 s of sampling an idle target into its whole-run CPU time)."""
+    """The process ``tracer_pid`` traces ``pid``: TracerPid names the tracing thread, and nprof traces from
+    a thread of its own. (Compared with the thread's id, nprof was never seen attached, and each of its runs
+    began after the 30 s wait for it, which put 30 s of sampling an idle target into its whole-run CPU.)"""
     status = read_status(pid)
-    if status is None or status.tracer_pid == 0:
-        return False
-    tracer = read_status(status.tracer_pid)
-    return (tracer.tgid if tracer is not None else status.tracer_pid) == tracer_pid
+    return status is not None and tracer_process(status.tracer_pid) == tracer_pid
 
 
 def started(pid: int, profiler: subprocess.Popen, output: str | None) -> bool:

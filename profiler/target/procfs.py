@@ -81,12 +81,19 @@ def read_status(pid: int) -> ProcessStatus | None:
     )
 
 
-def tracer_label(tracer_tid: int) -> str:
-    """"pid P (name)" for the process that traces a thread, from the thread's TracerPid. That is the id of
-    the tracing thread, not of its process, where the tracer traces from a thread of its own (nprof does:
-    ``target/tracing_thread.py``)."""
+def tracer_process(tracer_tid: int) -> int:
+    """The process a thread's TracerPid belongs to (0 for 0: not traced). TracerPid is the id of the tracing
+    thread, not of its process, where the tracer traces from a thread of its own (nprof does:
+    ``target/tracing_thread.py``); a thread that has just ended is taken for its process."""
+    if tracer_tid == 0:
+        return 0
     status = read_status(tracer_tid)
-    pid = status.tgid if status is not None else tracer_tid
+    return status.tgid if status is not None else tracer_tid
+
+
+def tracer_label(tracer_tid: int) -> str:
+    """"pid P (name)" for the process that traces a thread, from the thread's TracerPid."""
+    pid = tracer_process(tracer_tid)
     return f"pid {pid} ({read_comm(pid) or '?'})"
 
 

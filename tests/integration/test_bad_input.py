@@ -12,6 +12,7 @@ import tempfile
 import pytest
 
 from profiler.target.permissions import has_cap_sys_ptrace
+from profiler.target.procfs import tracer_process
 from tests.support.elf32 import write_i386_binary
 from tests.support.targets import (
     assert_running_free,
@@ -21,7 +22,6 @@ from tests.support.targets import (
     run_nprof_with,
     running_target,
     stop,
-    tracer_process,
     wait_until,
 )
 

@@ -13,7 +13,7 @@ import pytest
 
 from profiler.model import StopReason
 from profiler.sampling.session import Session
-from profiler.target.procfs import read_text, split_stat
+from profiler.target.procfs import read_text, split_stat, tracer_process
 from tests.support.profiles import read_speedscope, share
 from tests.support.targets import (
     assert_running_free,
@@ -24,7 +24,6 @@ from tests.support.targets import (
     running_target,
     stop,
     thread_states,
-    tracer_process,
     wait_until,
 )
 

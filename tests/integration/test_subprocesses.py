@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 from profiler.sampling.session import Session
+from profiler.target.procfs import tracer_process
 from tests.support.profiles import ends_with, read_speedscope
 from tests.support.targets import (
-    assert_running_free, nprof_command, run_nprof, run_nprof_with, running_target, tracer_process, wait_until,
+    assert_running_free, nprof_command, run_nprof, run_nprof_with, running_target, wait_until,
 )  # fmt: skip
 
 

@@ -138,18 +138,6 @@ def process_state(pid: int) -> tuple[str, int] | None:
     return fields["State"].split()[0], int(fields["TracerPid"])
 
 
-def tracer_process(tracer_tid: int) -> int:
-    """The process a TracerPid belongs to (0 for 0): TracerPid is the id of the tracing thread, and nprof
-    traces from a thread of its own (``profiler/target/tracing_thread.py``)."""
-    if tracer_tid == 0:
-        return 0
-    try:
-        with open(f"/proc/{tracer_tid}/status") as f:
-            return int(next(line for line in f if line.startswith("Tgid:")).split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        return tracer_tid  # it has just ended
-
-
 def thread_states(pid: int) -> dict[int, tuple[str, int]]:
     out = {}
     try:

@@ -112,6 +112,12 @@ def signals_fp(build_dir) -> str:
 
 
 @pytest.fixture(scope="session")
+def dormant_fp(build_dir) -> str:
+    """tests/targets/dormant.c with frame pointers: many threads asleep for good, one that works when told."""
+    return build_c("dormant.c", build_dir, FRAME_POINTERS, name="dormant-fp")
+
+
+@pytest.fixture(scope="session")
 def sleepers_fp(build_dir) -> str:
     """tests/targets/sleepers.c with frame pointers: threads asleep under a seccomp filter, one at work."""
     return build_c("sleepers.c", build_dir, FRAME_POINTERS, name="sleepers-fp")

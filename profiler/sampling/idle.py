@@ -56,7 +56,9 @@ class IdleCheck:
         ran = state.last_run_time < 0 or not 0 <= run_time - state.last_run_time <= IDLE_EPSILON_NS
         switched_in = slices != state.last_slices
         if not ran and not switched_in and state.last_class in IDLE_CLASSES:
+            state.asleep_checks += 1
             return self._count_again(state, state.last_class)  # asleep then, asleep now: no need to look
+        state.asleep_checks = 0
         letter = record.proc.state()
         if letter in EXITED_STATES:
             return True  # exited, not reaped yet (a zombie main thread): it would never answer a stop

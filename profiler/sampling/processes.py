@@ -126,6 +126,9 @@ class SampledProcesses:
                 self._note_agents()
             finally:
                 self.tracer.resume_exec(pid)  # (no-op for one let go)
+            target = self.targets.get(pid)
+            if target is not None and target.dormancy is not None:
+                target.dormancy.wake_all()
             for record in self.tracer.seized.threads_of(pid):
                 if record.user is not None:
                     record.user.exec_resumed(record.proc.schedstat())

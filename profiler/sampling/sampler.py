@@ -18,6 +18,7 @@ from profiler.config import SamplerConfig
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.collector import SurvivorFreezer
+from profiler.sampling.dormancy import DORMANT_AFTER, MIN_THREADS, Dormancy
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.notices import (
     depth_limit_shortfall,
@@ -96,6 +97,8 @@ class Sampler:
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_sync_threads``)
+        #: consecutive asleep checks that make a thread dormant (``dormancy.py``)
+        self._dormant_after = max(1, round(DORMANT_AFTER * config.rate))
         self.priority = SamplingPolicy(config.priority)  #: real-time from each sleep to the end of its stops
         self.collector = SurvivorFreezer()  #: keeps the garbage collector's full passes out of the recording
         self.stacks = StackRecorder(session, config)
@@ -170,6 +173,7 @@ class Sampler:
         finally:
             priority.stop()
             self.collector.stop()
+            self.flush()
         self.session.meta.duration = time.monotonic() - self.started
 
     def tick(self) -> Tick:
@@ -191,6 +195,12 @@ class Sampler:
             records = target.records
             if records is None:  # a process added since the last look
                 records = target.records = tracer.seized.sync(pid)
+            dormancy = target.dormancy
+            if dormancy is None and len(records) >= MIN_THREADS:
+                dormancy = target.dormancy = Dormancy(pid, self.session, self._dormant_after)
+            if dormancy is not None:
+                reused += dormancy.decide(records, reuse, self._state, due)
+                continue
             for record in records:
                 if record.gone:
                     continue
@@ -256,6 +266,13 @@ class Sampler:
         for pid, target in self.targets.items():
             if target.records is not None and self.tracer.seized.process_alive(pid):
                 target.records = self.tracer.seized.sync(pid)
+
+    def flush(self) -> None:
+        """Add the samples the recording deferred (``dormancy.py``) to the session: ``run`` does at its end;
+        a caller of ``tick`` reads the session after this."""
+        for target in self.targets.values():
+            if target.dormancy is not None:
+                target.dormancy.flush()
 
     def _housekeeping(self, now: float) -> None:
         """After a tick that looked for new threads (``_sync_threads``): new children, execs, and runtimes
@@ -326,6 +343,7 @@ class Sampler:
         """Detach from everything, record exit statuses, thread names and counters. ``detach`` False: on a
         tracing thread that exits next, whose exit detaches every thread without stopping it
         (``Tracer.leave_to_thread_exit``)."""
+        self.flush()  # (``run`` did, unless its caller left the loop by an exception: the generator is open)
         for target in self.targets.values():
             self.naming.final(target, self.tracer.seized.sync(target.process.pid), self.threads)
         refused = untraced_threads(self.tracer.seized.refused)
@@ -360,6 +378,9 @@ class Sampler:
         for target in self.targets.values():
             if target.unwinder.frames_scanned:
                 self.session.count("frames_scanned", target.unwinder.frames_scanned)
+            if target.dormancy is not None and target.dormancy.quiet_ticks:  # (dormancy.py)
+                self.session.count("dormant_quiet_ticks", target.dormancy.quiet_ticks)
+                self.session.count("dormant_wakes", target.dormancy.wakes)
             for name, value in self.agent_calls.counters(target).items():
                 self.session.count(name, value)
             for message in self.agent_calls.notices(target):

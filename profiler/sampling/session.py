@@ -73,6 +73,9 @@ class Session:
         self.stacks = StackTable()
         self.samples: dict[tuple[int, int, int, int], int] = {}
         self.counters: dict[str, int] = {}
+        #: samples counted but not added to ``samples`` yet: those of dormant threads (``dormancy.py``), which
+        #: are added in one step per thread when it wakes or the recording ends
+        self.deferred_samples = 0
         self.frame_info: list[FrameInfo] | None = None
         #: frame id -> inlined calls at that address, outermost first (shown above the frame itself)
         self.inlined: dict[int, list[FrameInfo]] = {}
@@ -132,7 +135,7 @@ class Session:
 
     @property
     def total_samples(self) -> int:
-        return sum(self.samples.values())
+        return sum(self.samples.values()) + self.deferred_samples
 
     def stop_reason_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

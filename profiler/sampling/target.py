@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from profiler.config import SamplerConfig
 from profiler.model import NativeFrame, SampleClass, StopReason
 from profiler.runtime import Agent, AgentSession
+from profiler.sampling.dormancy import Dormancy
 from profiler.sampling.memo import FrameMemo
 from profiler.target.process import TargetProcess
 from profiler.target.capture import ThreadRecord
@@ -41,6 +42,8 @@ class ThreadState:
     fs_base: int = 0  #: the thread pointer: how a runtime before CPython 3.11 knows its threads
     last_run_time: int = -1  #: schedstat run time (ns) as of the thread's last sample
     last_slices: int = -1  #: schedstat timeslices (switches onto a CPU) as of the last sample
+    #: consecutive idle checks that found it asleep and not run since its last one (``dormancy.py``)
+    asleep_checks: int = 0
     run_time_at_stop: int = -1  #: both, as read just before the stop now in progress
     slices_at_stop: int = -1
     last_stack: int | None = None
@@ -90,6 +93,9 @@ class Target:
         self.settle: Callable[[object], object] | None = None
         self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
+        #: sleeping threads vouched for by the process's CPU clock (made by the sampler for a process with
+        #: ``dormancy.MIN_THREADS`` threads or more)
+        self.dormancy: Dormancy | None = None
         self.detect_until = 0.0  #: retry runtime detection until this monotonic time (a fresh process)
         self.detect_reasons: list[str] = []  #: why the agents found no runtime, for the notice
         #: the code mapped (``AddressSpace.generation``, and the files mapped executable) as of the last look
@@ -119,6 +125,8 @@ class Target:
                     self.snapshot, self.settle = snapshot, settle
                 self.holds_gil = getattr(session, "holds_gil", None)
                 self.detect_until = 0.0
+                if self.dormancy is not None:
+                    self.dormancy.wake_all()  # (their deferred samples are counted with their old stacks)
                 for record in self.records or ():  # sampled before the runtime was found: no frames of it
                     if record.user is not None:
                         record.user.look_again()

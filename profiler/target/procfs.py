@@ -237,16 +237,23 @@ class ThreadProc:
             data = os.pread(self._schedstat_fd, 128, 0)
         except OSError as e:
             if e.errno in (errno.ESRCH, errno.ENOENT):
+                self._schedstat = None
                 return None
             raise
         if data == self._schedstat_bytes:
             return self._schedstat
         fields = data.split()
         if len(fields) < 3:
+            self._schedstat = None
             return None
         self._schedstat_bytes = data
         self._schedstat = value = int(fields[0]), int(fields[2])
         return value
+
+    @property
+    def last_schedstat(self) -> tuple[int, int] | None:
+        """What the last ``schedstat`` call returned, without reading again."""
+        return self._schedstat
 
     def state(self) -> str | None:
         """The one-letter scheduler state (proc(5) field 3): R running, S sleeping, D disk sleep, T/t stopped."""

@@ -59,15 +59,16 @@ def wait_ready(fd: int, proc: subprocess.Popen, timeout: float = READY_TIMEOUT) 
 
 @contextlib.contextmanager
 def running_target(
-    argv: Sequence[str], env: dict[str, str] | None = None, ready_at: int = 1, cpu: int | None = None
+    argv: Sequence[str], env: dict[str, str] | None = None, ready_at: int = 1, cpu: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Iterator[subprocess.Popen]:
     """Start ``argv`` with the ready fd inserted at position ``ready_at`` (after the program by default;
     after the script for an interpreter), yield once it wrote "ready"; kill and reap it afterwards.
-    ``cpu``: run it on that CPU only."""
+    ``cpu``: run it on that CPU only; ``pass_fds``: more descriptors it inherits (named in ``argv``)."""
     r, w = os.pipe()
     argv = list(argv)
     cmd = [*argv[:ready_at], str(w), *argv[ready_at:]]
-    proc = subprocess.Popen(cmd, pass_fds=[w], env=env, stdin=subprocess.DEVNULL, preexec_fn=on_cpu(cpu))
+    proc = subprocess.Popen(cmd, pass_fds=[w, *pass_fds], env=env, stdin=subprocess.DEVNULL, preexec_fn=on_cpu(cpu))
     os.close(w)
     try:
         wait_ready(r, proc)

@@ -1,0 +1,244 @@
+"""Threads asleep for long are not read at every tick: their process's CPU clock vouches for them.
+
+The idle check (``idle.py``) reads each thread's ``/proc/PID/task/TID/schedstat`` at every tick, to learn
+whether it ran since its last sample. A process with many sleeping threads pays that for each of them: 2000
+threads in ``pause()`` beside one busy thread, 100 Hz for 3 s, cost nprof 1.0 s of user and 1.4 s of
+system time, most of it those reads (0.75 us each in the kernel, warm, plus the check's Python).
+
+The kernel keeps one CPU clock per process, readable by any process for any other (``clock_gettime`` on
+``clock_getcpuclockid(3)``'s clock; ``lookup_task`` in kernel/time/posix-cpu-timers.c checks no permission
+for a process clock). With no CPU timer armed in the target its value is the sum of every live thread's
+accounted run time, the value schedstat's first field shows, plus what exited threads had
+(``thread_group_cputime``); an armed timer's group counters grow by the same amounts. One read costs
+19 us with 2000 threads. A thread that has slept for ``DORMANT_AFTER`` is made *dormant*: it is counted
+with its last stack at every tick without being read, for as long as the clock shows that no dormant
+thread can have run.
+
+Why that is sound. Let T be the threads the process is tracked with, v_i each one's last reading, r_i(t)
+its run time at t (its final one once it exited) and P(t) the clock. Q(t) = P(t) - sum r_i(t) is everyone
+else's time: threads exited before, or not seized yet. Q never decreases while T only loses threads. A
+tick reads the clock (P_a), then every watched thread (readings summing to H), then the clock again (P_b).
+The dormant threads' run time at P_b is at most P_b - H - Q, and Q is at least the previous tick's
+``bound``; if that is no more than S, the sum of their readings, none of them ran, since no run time
+shrinks. The tick then sets ``bound`` = P_a - H - S: every value in it was read after P_a or is proven
+current, so it cannot exceed Q at P_a. A thread added to T (seized since) would lower Q by its run time:
+the tick after a new one reads every thread. Anything unexplained (a watched thread accounted between its
+reading and P_b, a thread seized since, an exit) only wakes the dormant threads, which costs what every
+tick cost before.
+
+What the clock cannot see, schedstat's first field cannot either: a thread that was put on a CPU and has
+not had its time accounted yet (that waits for a scheduler tick, 4 ms at HZ=250, or for it to leave the
+CPU). ``idle.py`` catches that case through schedstat's switch count, which dormancy does not read. So a
+dormant thread that wakes can be counted asleep, with its old stack, until its first scheduler tick or
+until it sleeps again: at most one scheduler tick of run time per wake, after at least ``DORMANT_AFTER``
+asleep. Its next accounted moment wakes every dormant thread, and it is watched again from there.
+
+A dormant thread's samples are deferred: counted in ``Session.deferred_samples`` each tick and added to
+the session, one ``add_sample`` per thread, when it wakes or the recording ends (``flush``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from profiler.model import StopReason
+from profiler.sampling.session import Session
+from profiler.target.capture import ThreadRecord
+
+if TYPE_CHECKING:
+    from profiler.sampling.target import ThreadState  # (target.py holds a Dormancy)
+
+#: seconds a thread must have slept before it is made dormant: a dormant thread that wakes may be counted
+#: asleep for up to one scheduler tick of its run (above), so only threads that sleep for long are: at most
+#: 4 ms per second asleep, at HZ=250
+DORMANT_AFTER = 1.0
+
+#: processes with fewer threads are checked as before: the two clock reads and the bookkeeping of a tick
+#: cost about what reading two or three threads does
+MIN_THREADS = 8
+
+#: include/linux/posix-timers_types.h: the per-process CPU clock that counts scheduler run time (ns)
+CPUCLOCK_SCHED = 2
+
+
+def process_cpu_clock(pid: int) -> int:
+    """The clock id ``clock_getcpuclockid(pid)`` returns: ``make_process_cpuclock`` in
+    include/linux/posix-timers.h, ``((~pid) << 3) | CPUCLOCK_SCHED``."""
+    return ((~pid) << 3) | CPUCLOCK_SCHED
+
+
+def read_clock(clock_id: int) -> int | None:
+    """The clock in ns, or None (the process is gone)."""
+    try:
+        return time.clock_gettime_ns(clock_id)
+    except OSError:
+        return None
+
+
+#: ``IdleCheck.reuse``: count the thread without a stop (True) or stop it (False)
+Check = Callable[[ThreadRecord, "ThreadState"], bool]
+
+
+class Dormancy:
+    """One process's threads split into watched (read every tick) and dormant (vouched for by the clock)."""
+
+    def __init__(self, pid: int, session: Session, after_checks: int) -> None:
+        self.clock_id = process_cpu_clock(pid)
+        self.session = session
+        self.after_checks = after_checks  #: consecutive asleep checks that make a thread dormant
+        self.watched: list[ThreadRecord] = []
+        #: dormant thread -> [``quiet_ticks`` when its deferred samples were last added, its run-time reading]
+        self.dormant: dict[ThreadRecord, list[int]] = {}
+        self.dormant_sum = 0  #: S: the dormant threads' run-time readings, summed
+        self.bound: int | None = None  #: a lower bound on Q (above) as of the last tick's first clock read
+        self.quiet_ticks = 0  #: ticks that counted the dormant threads without reading them
+        self.wakes = 0  #: ticks that read the dormant threads because the clock could not vouch for them
+        self._stacked = 0  #: dormant threads with a stack: the samples each quiet tick defers
+        self._records: list[ThreadRecord] | None = None  #: the list ``watched`` was made from
+
+    def decide(
+        self, records: list[ThreadRecord], check: Check, state_of: Callable[[ThreadRecord], "ThreadState"],
+        due: list[ThreadRecord],
+    ) -> int:  # fmt: skip
+        """One tick's idle checks for the process: the threads to stop go to ``due``; returns how many were
+        counted without a stop."""
+        if records is not self._records:
+            self._adopt(records)
+        before = read_clock(self.clock_id)
+        reused = 0
+        watched_sum = 0
+        sleepers: list[ThreadRecord] = []
+        after_checks = self.after_checks
+        for record in self.watched:
+            if record.gone:
+                continue
+            state = record.user or state_of(record)
+            if check(record, state):
+                reused += 1
+            else:
+                due.append(record)
+            reading = record.proc.last_schedstat
+            if reading is not None:  # (None: gone; out of T from now on)
+                watched_sum += reading[0]
+                if state.asleep_checks >= after_checks:
+                    sleepers.append(record)
+        if self.dormant:
+            if not self._vouched(watched_sum):
+                reused += self._wake(check, due)
+            else:
+                self.quiet_ticks += 1
+                self.session.deferred_samples += self._stacked
+                reused += len(self.dormant)
+        self.bound = None if before is None else before - watched_sum - self.dormant_sum
+        if sleepers:
+            self._put_to_sleep(sleepers)
+        return reused
+
+    def _vouched(self, watched_sum: int) -> bool:
+        """Whether the clock proves that no dormant thread ran since it was last read (above).
+
+        A watched thread's run time accounted between its reading and the clock's (a scheduler tick of a
+        busy thread landing in those microseconds) looks like a dormant thread's: 48 of ~5,000 ticks at
+        1 kHz beside one busy thread. So before reading every dormant thread, the watched ones are read
+        again, then the clock: the argument holds for any readings taken after the tick's first clock read."""
+        bound = self.bound
+        if bound is None:
+            return False
+        after = read_clock(self.clock_id)
+        if after is not None and after - watched_sum - bound <= self.dormant_sum:
+            return True
+        again = 0
+        for record in self.watched:
+            reading = None if record.gone else record.proc.schedstat()
+            if reading is not None:
+                again += reading[0]
+        after = read_clock(self.clock_id)
+        return after is not None and after - again - bound <= self.dormant_sum
+
+    def _wake(self, check: Check, due: list[ThreadRecord]) -> int:
+        """Check every dormant thread as a watched one is checked; those that ran are watched again."""
+        self.wakes += 1
+        reused = 0
+        total = stacked = 0
+        woken: list[ThreadRecord] = []
+        dormant = self.dormant
+        quiet = self.quiet_ticks
+        for record in list(dormant):
+            self._add_deferred(record)
+            state: ThreadState = record.user
+            if record.gone:
+                del dormant[record]
+                continue
+            if check(record, state):
+                reused += 1
+            else:
+                due.append(record)
+            reading = record.proc.last_schedstat
+            if reading is None:
+                del dormant[record]
+            elif state.asleep_checks >= self.after_checks:
+                dormant[record] = [quiet, reading[0]]
+                total += reading[0]
+                stacked += state.last_stack is not None
+            else:
+                del dormant[record]
+                woken.append(record)
+        self.watched.extend(woken)
+        self.dormant_sum, self._stacked = total, stacked
+        return reused
+
+    def _put_to_sleep(self, sleepers: list[ThreadRecord]) -> None:
+        asleep = set()
+        for record in sleepers:
+            reading = record.proc.last_schedstat  # (read this tick, maybe again by ``_vouched``)
+            if reading is None:
+                continue  # gone since: out of T
+            self.dormant[record] = [self.quiet_ticks, reading[0]]
+            self.dormant_sum += reading[0]
+            self._stacked += record.user.last_stack is not None
+            asleep.add(record)
+        self.watched = [r for r in self.watched if r not in asleep]
+
+    def _adopt(self, records: list[ThreadRecord]) -> None:
+        """The process's thread list changed (``Sampler._sync_threads``): watch the new threads, drop the
+        dormant ones that left it, and read everything at this tick if any thread is new to T."""
+        known = set(self.watched)
+        dormant = self.dormant
+        if any(r not in known and r not in dormant for r in records):
+            self.bound = None
+        listed = set(records)
+        for record in [r for r in dormant if r not in listed]:
+            self._add_deferred(record)
+            self._forget(record)
+        self.watched = [r for r in records if r not in dormant]
+        self._records = records
+
+    def _forget(self, record: ThreadRecord) -> None:
+        self.dormant_sum -= self.dormant.pop(record)[1]
+        self._stacked -= record.user.last_stack is not None
+
+    def _add_deferred(self, record: ThreadRecord) -> None:
+        """Add a dormant thread's samples since it was last added (one per quiet tick) to the session."""
+        entry = self.dormant[record]
+        count = self.quiet_ticks - entry[0]
+        state: ThreadState = record.user
+        if count and state.last_stack is not None:
+            self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, state.last_class, count)
+            self.session.deferred_samples -= count
+        entry[0] = self.quiet_ticks
+
+    def flush(self) -> None:
+        """Add every deferred sample to the session (the recording ends, or a reader wants it whole)."""
+        for record in self.dormant:
+            self._add_deferred(record)
+
+    def wake_all(self) -> None:
+        """Watch every thread again, from the next tick: their states are about to change behind the idle
+        check's back (an exec, a runtime found since their last samples)."""
+        self.flush()
+        self.watched.extend(self.dormant)
+        self.dormant.clear()
+        self.dormant_sum = self._stacked = 0
+        self.bound = None

@@ -1,0 +1,88 @@
+"""Dormant threads (``profiler/sampling/dormancy.py``) on a live target: a thread asleep for long is not
+read at every tick, yet the tick after it wakes and runs stops it, a thread started meanwhile is found
+although the process's thread list is no longer listed at every look, and every tick's sample of a dormant
+thread reaches the session."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+import pytest
+
+from profiler.config import SamplerConfig, SamplingPriority
+from profiler.model import SampleClass
+from profiler.sampling.dormancy import MIN_THREADS
+from profiler.sampling.sampler import Sampler
+from profiler.sampling.session import Session, SessionMeta
+from profiler.symbolize.symbolizer import resolve
+from tests.support.targets import assert_running_free, running_target
+
+RATE = 200.0
+SLEEPERS = 48  #: threads asleep for good (above ``MIN_THREADS``)
+WORK = 1.2  #: seconds recorded after the worker is told to work: alone for 0.6 s (dormant.c's ALONE_NS), then
+#: beside the thread it starts
+GIVE_UP = 20.0  #: seconds without the worker going dormant before the test fails
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["default", "idle"])
+def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle):
+    assert SLEEPERS + 2 >= MIN_THREADS
+    go_read, go_write = os.pipe()
+    try:
+        with running_target([dormant_fp, str(go_read), str(SLEEPERS)], pass_fds=[go_read]) as target:
+            session = Session(SessionMeta(pid=target.pid, command=[dormant_fp]))
+            config = SamplerConfig(rate=RATE, priority=SamplingPriority.NORMAL, interrupt_sleeping=idle)
+            sampler = Sampler(session, config)
+            told: dict[str, float | int] = {}
+            begun = time.monotonic()
+
+            def should_stop() -> bool:
+                now = time.monotonic()
+                if not told:
+                    dormancy = sampler.targets[target.pid].dormancy
+                    worker = [r for r in dormancy.dormant if r.name == "worker"] if dormancy else []
+                    if worker and dormancy.quiet_ticks >= 10:
+                        os.write(go_write, b"!")  # the worker has slept ~1 s, unread for 10 ticks: wake it
+                        told.update(at=now, tick=sampler.ticks, quiet=dormancy.quiet_ticks)
+                    return now - begun > GIVE_UP
+                return now - told["at"] > WORK
+
+            try:
+                sampler.add_process(target.pid)
+                for _tick in sampler.run(should_stop):
+                    pass
+                resolve(session, sampler.modules.objects)
+            finally:
+                sampler.close()
+            assert_running_free(target.pid)
+    finally:
+        os.close(go_read)
+        os.close(go_write)
+    assert told, "the worker never went dormant"
+    dormancy = sampler.targets[target.pid].dormancy
+    assert dormancy.quiet_ticks > told["quiet"]  # the sleepers stayed dormant after the worker woke
+    ticks_at_work = sampler.ticks - told["tick"]
+
+    names = session.frame_info
+    by_thread: dict[str, Counter] = {}
+    per_thread_total: Counter = Counter()
+    for (thread, sid, _stop, cls), n in session.samples.items():
+        name = session.threads[thread].name
+        per_thread_total[thread] += n
+        if cls == SampleClass.RUNNING:
+            leafward = tuple(names[f].name for f in reversed(session.stacks.frames(sid)))
+            by_thread.setdefault(name, Counter())[leafward[:2]] += n
+    # The worker ran from the go on: nearly every tick since sampled it at work, though it was dormant
+    at_work = by_thread.get("worker", Counter())[("crunch", "worker_main")]
+    assert at_work >= 0.7 * ticks_at_work, (at_work, ticks_at_work, by_thread.get("worker"))
+    # The thread it started was found without a full listing at every look, and sampled from then on
+    late = by_thread.get("late", Counter())[("late_spin", "late_main")]
+    assert late >= 0.25 * ticks_at_work, (late, ticks_at_work, by_thread.get("late"))  # (~half of them)
+    assert session.deferred_samples == 0
+    if idle:
+        # With --idle every thread alive from the first tick to the last has a sample at every tick: the
+        # dormant ones' deferred samples were all added (a sleeper is stopped once, at the first tick)
+        sleepers = [t for t, info in enumerate(session.threads) if info.name not in ("worker", "late")]
+        assert {per_thread_total[t] for t in sleepers} == {sampler.ticks}

@@ -50,6 +50,11 @@ from profiler.target.tracer import Tracer
 #: threads of ~1 ms got 0 samples in them in 4 s at 100 Hz, against 160-171 (py-spy: 185)
 SYNC_INTERVAL = 0.01
 
+#: a look for new threads lists /proc/PID/task at least this often, even when the process's thread count
+#: says none is new (``_sync_threads``): a count can balance out when a thread that another's exec tore down
+#: was never reported to nprof ("a thread torn down by another's exec", ``Tracer._handle_event``)
+LIST_AT_LEAST_EVERY = 1.0
+
 #: the shortest wait for a tick's stops: a thread on another CPU takes 25-50 us to report its stop here
 MIN_WINDOW = 0.002
 
@@ -97,6 +102,7 @@ class Sampler:
         self.ticks = 0
         self.end_reason = EndReason.STOPPED
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_sync_threads``)
+        self._next_listing = 0.0  #: ... and of the next one that lists every process's threads whatever
         #: consecutive asleep checks that make a thread dormant (``dormancy.py``)
         self._dormant_after = max(1, round(DORMANT_AFTER * config.rate))
         self.priority = SamplingPolicy(config.priority)  #: real-time from each sleep to the end of its stops
@@ -261,11 +267,22 @@ class Sampler:
 
     def _sync_threads(self) -> None:
         """At the start of a tick, every SYNC_INTERVAL: seize the threads that appeared since the last look,
-        so that this tick stops them, and forget those gone."""
-        self._next_sync = time.monotonic() + SYNC_INTERVAL
+        so that this tick stops them, and forget those gone. A process is listed only when its thread count
+        says it may have a new thread (``ThreadTable.may_have_new``), or LIST_AT_LEAST_EVERY after the last
+        listing."""
+        now = time.monotonic()
+        self._next_sync = now + SYNC_INTERVAL
+        listing = now >= self._next_listing
+        if listing:
+            self._next_listing = now + LIST_AT_LEAST_EVERY
+        seized = self.tracer.seized
         for pid, target in self.targets.items():
-            if target.records is not None and self.tracer.seized.process_alive(pid):
-                target.records = self.tracer.seized.sync(pid)
+            records = target.records
+            if records is None or not seized.process_alive(pid):
+                continue
+            if not listing and not seized.may_have_new(pid, records):
+                continue
+            target.records = seized.sync(pid)
 
     def flush(self) -> None:
         """Add the samples the recording deferred (``dormancy.py``) to the session: ``run`` does at its end;

@@ -255,6 +255,20 @@ class ThreadProc:
         """What the last ``schedstat`` call returned, without reading again."""
         return self._schedstat
 
+    def thread_count(self) -> int | None:
+        """How many threads the thread's process has (proc(5) stat field 20, num_threads: the same in every
+        thread's stat), or None once this thread is gone."""
+        try:
+            data = os.pread(self._stat_fd, 512, 0)
+        except OSError as e:
+            if e.errno in (errno.ESRCH, errno.ENOENT):
+                return None
+            raise
+        if not data:
+            return None
+        fields = data[data.rindex(b")") + 2 :].split()
+        return int(fields[17]) if len(fields) > 17 else None
+
     def state(self) -> str | None:
         """The one-letter scheduler state (proc(5) field 3): R running, S sleeping, D disk sleep, T/t stopped."""
         try:

@@ -79,6 +79,18 @@ class ThreadTable:
                 live.append(record)
         return live
 
+    def may_have_new(self, pid: int, records: list[ThreadRecord]) -> bool:
+        """Whether ``pid`` may have a thread that ``records``, its last ``sync``, lacks.
+
+        Listing /proc/PID/task costs ~0.45 us a thread in the kernel (0.9 ms for 2,000), reading the thread
+        count (``ThreadProc.thread_count``) one read. Every thread but the leader is tracked through a
+        listing, and one that exits is dropped as its exit is reaped, while the kernel counts it until it is
+        reaped too: so a count equal to the threads held alive, all of them in ``records``, means no thread
+        is new."""
+        if not records or records[0].gone or len(records) != self.live_pids.get(pid):
+            return True
+        return records[0].proc.thread_count() != len(records)
+
     def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
         if not seized:
             err = pt.seize(tid, self.options.get(pid, 0))

@@ -17,6 +17,7 @@ from profiler.sampling.dormancy import MIN_THREADS
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
+from profiler.target import threads as threads_module
 from tests.support.targets import assert_running_free, running_target
 
 RATE = 200.0
@@ -27,7 +28,7 @@ GIVE_UP = 20.0  #: seconds without the worker going dormant before the test fail
 
 
 @pytest.mark.parametrize("idle", [False, True], ids=["default", "idle"])
-def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle):
+def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle, monkeypatch):
     assert SLEEPERS + 2 >= MIN_THREADS
     go_read, go_write = os.pipe()
     try:
@@ -35,6 +36,14 @@ def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle):
             session = Session(SessionMeta(pid=target.pid, command=[dormant_fp]))
             config = SamplerConfig(rate=RATE, priority=SamplingPriority.NORMAL, interrupt_sleeping=idle)
             sampler = Sampler(session, config)
+            listings = []
+            real_listing = threads_module.list_threads
+
+            def counted_listing(pid: int) -> list[int]:
+                listings.append(pid)
+                return real_listing(pid)
+
+            monkeypatch.setattr(threads_module, "list_threads", counted_listing)
             told: dict[str, float | int] = {}
             begun = time.monotonic()
 
@@ -81,6 +90,9 @@ def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle):
     late = by_thread.get("late", Counter())[("late_spin", "late_main")]
     assert late >= 0.25 * ticks_at_work, (late, ticks_at_work, by_thread.get("late"))  # (~half of them)
     assert session.deferred_samples == 0
+    # /proc/PID/task was listed when the thread count changed and once a second, not at every look (10 ms)
+    seconds = sampler.session.meta.duration
+    assert len(listings) <= seconds + 6, (len(listings), seconds)
     if idle:
         # With --idle every thread alive from the first tick to the last has a sample at every tick: the
         # dormant ones' deferred samples were all added (a sleeper is stopped once, at the first tick)

@@ -8,6 +8,7 @@
  *
  * argv[1]: readiness fd, written once every thread has started; argv[2]: the go fd; argv[3]: N.
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>

@@ -255,31 +255,28 @@ class ThreadProc:
         """What the last ``schedstat`` call returned, without reading again."""
         return self._schedstat
 
-    def thread_count(self) -> int | None:
-        """How many threads the thread's process has (proc(5) stat field 20, num_threads: the same in every
-        thread's stat), or None once this thread is gone."""
+    def _stat_from_state(self) -> bytes | None:
+        """The thread's stat line from field 3 on (after the command name, which may hold spaces and
+        parentheses: proc(5)), or None once the thread is gone."""
         try:
             data = os.pread(self._stat_fd, 512, 0)
         except OSError as e:
             if e.errno in (errno.ESRCH, errno.ENOENT):
                 return None
             raise
-        if not data:
-            return None
-        fields = data[data.rindex(b")") + 2 :].split()
+        return data[data.rindex(b")") + 2 :] if data else None
+
+    def thread_count(self) -> int | None:
+        """How many threads the thread's process has (proc(5) stat field 20, num_threads: the same in every
+        thread's stat), or None once this thread is gone."""
+        rest = self._stat_from_state()
+        fields = rest.split() if rest is not None else []
         return int(fields[17]) if len(fields) > 17 else None
 
     def state(self) -> str | None:
         """The one-letter scheduler state (proc(5) field 3): R running, S sleeping, D disk sleep, T/t stopped."""
-        try:
-            data = os.pread(self._stat_fd, 512, 0)
-        except OSError as e:
-            if e.errno in (errno.ESRCH, errno.ENOENT):
-                return None
-            raise
-        if not data:
-            return None
-        return chr(data[data.rindex(b")") + 2])
+        rest = self._stat_from_state()
+        return chr(rest[0]) if rest else None
 
     def exited(self) -> bool:
         """The thread is gone, or has exited and only waits to be reaped (``EXITED_STATES``)."""

@@ -120,15 +120,16 @@ class SampledProcesses:
                 target = self.targets.get(pid)
                 if target is None:
                     continue
+                if target.dormancy is not None:
+                    # the exec ends every other thread and the program: the samples deferred so far count the
+                    # old stacks, and a target let go below is no longer there to flush at the end
+                    target.dormancy.wake_all()
                 if not self._let_go_if_foreign(target):
                     self._remap(target)
                     self.children.remember(pid)  # the scan must not take this exec for another
                 self._note_agents()
             finally:
                 self.tracer.resume_exec(pid)  # (no-op for one let go)
-            target = self.targets.get(pid)
-            if target is not None and target.dormancy is not None:
-                target.dormancy.wake_all()
             for record in self.tracer.seized.threads_of(pid):
                 if record.user is not None:
                     record.user.exec_resumed(record.proc.schedstat())

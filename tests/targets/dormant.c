@@ -6,7 +6,8 @@
  *                  that only the worker's own run can end its dormancy, not a thread's start
  *   main        -> pause
  *
- * argv[1]: readiness fd, written once every thread has started; argv[2]: the go fd; argv[3]: N.
+ * argv[1]: readiness fd, written once every thread has started; argv[2]: the go fd; argv[3]: N; argv[4], if
+ * given: a program the worker execs when told, instead of working (which ends every other thread).
  */
 #define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
@@ -22,6 +23,7 @@ volatile unsigned long sink;
 static volatile int started;
 static int never[2];
 static int go_fd;
+static char *exec_path;
 
 NOINLINE static void nap(void) {
     char byte;
@@ -76,6 +78,11 @@ static void *worker(void *arg) {
     pthread_setname_np(pthread_self(), "worker");
     __atomic_add_fetch(&started, 1, __ATOMIC_SEQ_CST);
     if (read(go_fd, &byte, 1) != 1) return NULL;
+    if (exec_path) {
+        char *argv[] = {exec_path, NULL};
+        execv(exec_path, argv);
+        _exit(2);
+    }
     worker_main();
     return NULL;
 }
@@ -83,6 +90,7 @@ static void *worker(void *arg) {
 int main(int argc, char **argv) {
     if (argc < 4 || pipe(never) != 0) return 2;
     go_fd = atoi(argv[2]);
+    exec_path = argc > 4 ? argv[4] : NULL;
     int n = atoi(argv[3]);
     pthread_t thread;
     pthread_attr_t attr;

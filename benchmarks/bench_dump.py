@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from benchmarks.bench_python import DEFAULT_INTERPRETER
@@ -35,11 +35,11 @@ THREAD_COUNTS = (1, 20, 100)
 
 
 @contextmanager
-def running(argv: list[str]) -> Iterator[subprocess.Popen]:
+def running(argv: list[str], pass_fds: Sequence[int] = ()) -> Iterator[subprocess.Popen]:
     """Start ``argv``, which holds "FD" where the target expects its readiness pipe (as in bench_cfi), and
-    yield once it wrote "ready"."""
+    yield once it wrote "ready". ``pass_fds``: more descriptors it inherits (named in ``argv``)."""
     r, w = os.pipe()
-    proc = subprocess.Popen([str(w) if a == "FD" else a for a in argv], pass_fds=[w])
+    proc = subprocess.Popen([str(w) if a == "FD" else a for a in argv], pass_fds=[w, *pass_fds])
     os.close(w)
     try:
         if not os.read(r, 16):

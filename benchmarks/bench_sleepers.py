@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from benchmarks.bench_dump import running
 from benchmarks.results import RESULTS, write_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,35 +35,26 @@ SHORT, LONG = 2.0, 8.0  #: seconds recorded: LONG - SHORT is what the row measur
 @contextmanager
 def sleeping_target(binary: str, sleepers: int) -> Iterator[int]:
     """dormant.c with ``sleepers`` threads, its worker never told to work; yields its pid once ready."""
-    ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
-    proc = subprocess.Popen([binary, str(ready_w), str(go_r), str(sleepers)], pass_fds=[ready_w, go_r])
-    os.close(ready_w)
     try:
-        if not os.read(ready_r, 16):
-            raise RuntimeError(f"{binary} exited before it was ready")
-        yield proc.pid
+        with running([binary, "FD", str(go_r), str(sleepers)], pass_fds=[go_r]) as proc:
+            yield proc.pid
     finally:
-        for fd in (ready_r, go_r, go_w):
-            os.close(fd)
-        proc.kill()
-        proc.wait()
+        os.close(go_r)
+        os.close(go_w)
 
 
 def nprof_cpu(tree: str, pid: int, rate: int, seconds: float) -> float:
     """nprof's CPU time (s) for one recording of ``pid``, from ``tree``."""
     env = dict(os.environ, PYTHONPATH=tree)
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as out, open(os.path.join(out, "stderr"), "w+") as err:
         argv = [sys.executable, "-P", "-m", "profiler", "record", "--pid", str(pid), "-r", str(rate),
                 "-d", str(seconds), "-f", "nprof", "-o", os.path.join(out, "s.nprof")]  # fmt: skip
-        proc = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _pid, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        if proc.stderr:
-            proc.stderr.close()
-        if proc.returncode != 0:
-            raise RuntimeError(f"nprof from {tree} failed: {err}")
+        proc = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=err)
+        _pid, status, usage = os.wait4(proc.pid, 0)  # (its own CPU time; Popen.wait would not give it)
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise RuntimeError(f"nprof from {tree} failed: {err.read()}")
     return usage.ru_utime + usage.ru_stime
 
 

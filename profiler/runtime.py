@@ -66,7 +66,8 @@ RECAPTURE = object()
 #:   hidden by ``--hide-interpreter``.
 #: * ``is_interpreter_function(name) -> bool``: the same, by a function's name, for the copies of that glue
 #:   inlined into other functions (DWARF names them; they have no address range of their own).
-#: * ``thread_name(tid, fs_base) -> str | None``: the runtime's name for a thread.
+#: * ``thread_name(tid, fs_base, alive_since) -> str | None``: the runtime's name for a thread, known alive at
+#:   ``alive_since`` (monotonic): a name the runtime gave before then may be an exited thread's.
 #: * ``locals(capture) -> list[list[tuple[str, str]]]``: per runtime frame, (name, value text) pairs; called
 #:   while the thread is still stopped (``nprof dump --locals``).
 #: * ``counters() -> dict[str, int]``: per-sample failures the agent counted (truncated chains...), added to

@@ -552,24 +552,32 @@ class CPythonSession:
                                      sources)  # fmt: skip
         return self._locals.capture_locals(capture, [i for f, i in zip(frames, sources) if not f.shim])
 
-    def python_thread_names(self, max_age: float = NAMES_MAX_AGE) -> dict[int, str]:
+    def python_thread_names(self, max_age: float = NAMES_MAX_AGE, since: float = 0.0) -> dict[int, str]:
         """``{thread ident: threading name}`` (ident = ``thread_id`` = pthread_t), re-read at most every
-        ``max_age`` seconds: it is a heavy walk (``thread_names.py``)."""
+        ``max_age`` seconds (it is a heavy walk, ``thread_names.py``), and whenever the last reading was
+        made before ``since`` (monotonic)."""
         now = time.monotonic()
         if self._names is None:
             self._names = ThreadNames(self.process.read, self.layout, self.interpreter.types)
-        if now - self._names_time >= max_age:
+        if now - self._names_time >= max_age or self._names_time < since:
             self._names_time = now
             self._name_cache = self._names.read_names(self.threads.interpreters)
         return self._name_cache
 
-    def thread_name(self, tid: int, fs_base: int = 0) -> str | None:
-        """The Python name of an OS thread (3.8-3.10 need its ``fs_base`` to find its thread state)."""
+    def thread_name(self, tid: int, fs_base: int = 0, alive_since: float = 0.0) -> str | None:
+        """The Python name of an OS thread (3.8-3.10 need its ``fs_base`` to find its thread state).
+
+        ``alive_since``: a monotonic time at which the thread was alive. Names read before it are not
+        used: its ident may have been an exited thread's then, with that thread's name. A thread takes over
+        the pthread_t (its ident) of one that exited before it started whenever glibc hands it that
+        thread's cached stack: 7 threads run one after another, each joined before the next, were all
+        named after the first of them while a reading was less than ``NAMES_MAX_AGE`` old."""
         info = self.thread_state_of(tid, fs_base)
         if info is None:
             return None
-        name = self.python_thread_names().get(info.thread_id)
-        return name if name is not None else self.python_thread_names(NAMES_MISSING_AGE).get(info.thread_id)
+        ident = info.thread_id
+        name = self.python_thread_names(since=alive_since).get(ident)
+        return name if name is not None else self.python_thread_names(NAMES_MISSING_AGE, alive_since).get(ident)
 
     def holds_gil(self, capture: StackCapture | None) -> bool | None:
         """Whether the thread held the GIL at its stop; None if unknown (no thread state, unreadable)."""

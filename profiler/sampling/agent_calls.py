@@ -70,9 +70,10 @@ class AgentCalls:
         except Exception:
             self.session.count(counter)
 
-    def thread_name(self, target: Target, tid: int, fs_base: int) -> str | None:
-        """The runtime's own name for a thread (CPython: ``threading.Thread.name``), None if it has none."""
-        return self._optional(target, "thread_name", "agent_name_errors", None, tid, fs_base)
+    def thread_name(self, target: Target, tid: int, fs_base: int, alive_since: float) -> str | None:
+        """The runtime's own name for a thread (CPython: ``threading.Thread.name``), None if it has none;
+        ``alive_since``: a monotonic time the thread was alive at (``runtime.py``)."""
+        return self._optional(target, "thread_name", "agent_name_errors", None, tid, fs_base, alive_since)
 
     def counters(self, target: Target) -> dict[str, int]:
         """What the agent counted over the recording (none if it has no ``counters``)."""

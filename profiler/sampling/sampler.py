@@ -326,7 +326,7 @@ class Sampler:
         state = record.user
         if state is None:
             index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
-            state = record.user = self.threads[record.key] = ThreadState(index)
+            state = record.user = self.threads[record.key] = ThreadState(index, time.monotonic())
         return state
 
     def prepare_hold(self, threads: Sequence[ThreadRecord]) -> None:

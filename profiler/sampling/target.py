@@ -39,6 +39,9 @@ class ThreadState:
     """The sampler's memory of one thread between ticks."""
 
     index: int  #: the session's thread index
+    #: monotonic time by which the thread was alive: its first tick (a runtime's names of threads read before
+    #: it may be of an exited thread whose identity it took over, ``thread_naming.py``)
+    seen: float = 0.0
     fs_base: int = 0  #: the thread pointer: how a runtime before CPython 3.11 knows its threads
     last_run_time: int = -1  #: schedstat run time (ns) as of the thread's last sample
     last_slices: int = -1  #: schedstat timeslices (switches onto a CPU) as of the last sample

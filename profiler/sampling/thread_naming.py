@@ -47,7 +47,7 @@ class ThreadNaming:
                 if (state is None or state.runtime_named or state.last_stack is None or record.gone
                         or state.name_looks >= NAME_LOOKS):  # fmt: skip
                     continue
-                runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base)
+                runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base, state.seen)
                 if runtime_name:
                     state.runtime_named = True
                     self.session.rename_thread(state.index, label(record, runtime_name))
@@ -63,7 +63,7 @@ class ThreadNaming:
             state = states.get(record.key)
             if state is None:
                 continue
-            runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base)
+            runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base, state.seen)
             if runtime_name or not state.runtime_named:
                 self.session.rename_thread(state.index, label(record, runtime_name))
 

@@ -1,4 +1,5 @@
-"""The table of top functions at the end of a recording, when there is nothing to put in it."""
+"""The table of top functions at the end of a recording: its totals, its labels, and what it says when there is
+nothing to put in it."""
 
 from __future__ import annotations
 
@@ -62,3 +63,60 @@ def test_a_function_named_like_its_module_keeps_the_module_in_its_label():
 
     assert function_label(FrameInfo("spin_leaf", module="spin")) == "spin_leaf (spin)"
     assert function_label(FrameInfo("libz.so.1+0x5d80", module="libz.so.1")) == "libz.so.1+0x5d80"
+
+
+def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple[list, int]:
+    """``function_totals`` as its definition says it, one displayed stack at a time (what it did before it
+    worked over the prefix tree)."""
+    from collections import Counter
+
+    from profiler.tree.calltree import FunctionTotal, frame_filter, function_label, stack_counts, stack_display
+
+    keep = frame_filter(config)
+    self_n: Counter[str] = Counter()
+    total_n: Counter[str] = Counter()
+    samples = 0
+    for per in stack_counts(session, config).values():
+        for sid, n in per.items():
+            labels = [function_label(f) for f in stack_display(session, sid, keep)]
+            if labels:
+                samples += n
+                self_n[labels[-1]] += n
+                total_n.update({label: n for label in set(labels)})
+    totals = [FunctionTotal(label, self_n[label], total) for label, total in total_n.items()]
+    return sorted(totals, key=lambda t: (-t.self_samples, -t.total_samples, t.label)), samples
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("config", [ExportConfig(), ExportConfig(hide_interpreter=True), ExportConfig(idle=True)])
+def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed, config):
+    """Random sessions of native frames (some with inlined calls, some the interpreter's own, hidden with
+    --hide-interpreter) and runtime frames, with recursion, several threads and idle samples: the totals
+    computed level by level over the tree are those of each stack as ``expand_stack`` shows it, the leaf
+    included where an interpreter frame's inlined calls are shown after the runtime frames it runs."""
+    import random
+
+    from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
+    from profiler.tree.calltree import function_totals
+
+    rng = random.Random(seed)
+    session = Session(SessionMeta(pid=7, command=["x"]))
+    threads = [session.thread_index(7, tid, 1, f"t{tid}") for tid in (7, 8, 9)]
+    keys, info = [], []
+    for i in range(30):
+        kind = FrameKind.RUNTIME if i % 3 == 0 else FrameKind.NATIVE
+        keys.append((kind, 0, 0x1000 + i, 0))
+        interpreter = kind == FrameKind.NATIVE and i % 5 == 1
+        info.append(FrameInfo(f"f{i % 24}", file="a.py" if kind == FrameKind.RUNTIME else None,
+                              module=None if kind == FrameKind.RUNTIME else "m.so", interpreter=interpreter))
+    for _ in range(300):
+        depth = rng.randint(1, 12)
+        sid = session.intern_stack(tuple(rng.choice(keys) for _ in range(depth)))
+        cls = rng.choice([SampleClass.RUNNING, SampleClass.RUNNING, SampleClass.IDLE, SampleClass.GIL_HELD])
+        session.add_sample(rng.choice(threads), sid, StopReason.END_OF_STACK, cls, rng.randint(1, 5))
+    session.frame_info = [info[keys.index(session.frames.key(fid))] for fid in range(len(session.frames))]
+    for fid in range(len(session.frames)):
+        if fid % 4 == 1 and int(session.frames.kinds()[fid]) == FrameKind.NATIVE:
+            session.inlined[fid] = [FrameInfo(f"inl{fid}", module="m.so", inlined=True,
+                                              interpreter=fid % 8 == 1)]  # fmt: skip
+    assert function_totals(session, config) == _totals_one_stack_at_a_time(session, config)

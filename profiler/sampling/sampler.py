@@ -384,6 +384,10 @@ class Sampler:
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
+        spin = self.tracer.first_stop  # how often polling for a tick's first stop saw it (events.py)
+        for name, value in (("first_stop_polls_caught", spin.caught), ("first_stop_polls_missed", spin.missed)):
+            if value:
+                self.session.counters[name] = value
         self.session.counters.update(self.priority.counters())
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
             self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)

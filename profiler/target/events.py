@@ -14,7 +14,9 @@ timeout, so there are two ways:
   the other threads do, and costs a ``timer_settime`` per wait and a signal delivery per deadline: 30-40 us
   of CPU per tick more than sleeping, measured here (``benchmarks/python_floor.py --wait alarm``).
 
-``open_event_wait`` picks the first when every thread blocks SIGCHLD, else the second. Both return what
+``open_event_wait`` picks the first when every thread blocks SIGCHLD, else the second. Before either, a
+tick's first stop is polled for a few tens of microseconds (``FirstStopSpin``): a stop from another CPU
+comes sooner than a sleeping tracer wakes. Both return what
 ``waitpid`` does, as ``(tid, status, errno)``: tid -1 with EINTR when the deadline passed or another signal
 came (the caller re-checks its clock and its stop flag), with ECHILD when nothing is traced any more.
 """
@@ -49,6 +51,17 @@ _TIMESPEC = struct.Struct("<qq")  #: struct timespec {time_t tv_sec; long tv_nse
 
 #: "SigBlk:" of /proc/self/task/TID/status is a hex mask with bit (signo - 1) set for each blocked signal
 _SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
+
+
+#: how long a tick's wait for its first stop polls ``waitpid(WNOHANG)`` before it sleeps (``FirstStopSpin``).
+#: Interleaved pairs of recordings of the 3.12 chain at 1 kHz (6 pairs, benchmarks/bench_python.py's
+#: target): off-CPU per stop 51.6 us sleeping, 34.9 us polling for 20 us, 34.4 us for 40 us; a stop from
+#: another CPU is seen within 20 us
+FIRST_STOP_SPIN_NS = 40_000
+#: ticks that wait without polling after a poll that saw nothing, doubled per such poll in a row up to this:
+#: a thread queued on nprof's own CPU cannot stop while nprof polls, and waits out the whole poll (the chain
+#: pinned to nprof's CPU: slowdown 1.22 sleeping, 1.29 polling at every tick)
+FIRST_STOP_BACKOFF_MAX = 64
 
 
 def sigchld_blocked_everywhere() -> bool:
@@ -122,6 +135,49 @@ class SigchldWait:
 
     def close(self) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+
+
+class FirstStopSpin:
+    """Polls for a tick's first stop for ``FIRST_STOP_SPIN_NS`` before the tracer sleeps for it.
+
+    A thread on another CPU stops within microseconds of its interrupt, but the tracer asleep for that stop
+    is woken by it, and on this VM a sleeping vCPU takes ~17 us to wake (ptrace-costs.md: the cross-CPU round
+    trip is 25 us polling against 38 us waiting, in C): time the stopped thread waits. Polling for the
+    first stop only, as the others of a tick arrive while the first is copied, and a thread that waits for
+    nprof's own CPU can only stop once nprof sleeps. A poll that sees nothing (the target queued on nprof's
+    CPU) backs off for 2, 4, ... ``FIRST_STOP_BACKOFF_MAX`` ticks."""
+
+    __slots__ = ("_skip", "_misses", "caught", "missed")
+
+    def __init__(self) -> None:
+        self._skip = 0  #: ticks left to wait without polling
+        self._misses = 0  #: polls in a row that saw nothing
+        self.caught = 0  #: polls that saw the stop
+        self.missed = 0  #: polls that gave up (the tracer then sleeps for it)
+
+    def poll(self) -> tuple[int, int]:
+        """``(tid, status)`` of the first event ``waitpid(WNOHANG)`` returns within the poll; tid 0 if none
+        came (or this tick backs off), and the caller waits as usual. Called right after the interrupts."""
+        if self._skip:
+            self._skip -= 1
+            return 0, 0
+        clock, waitpid, flags = time.monotonic_ns, os.waitpid, pt.WALL | pt.WNOHANG
+        until = clock() + FIRST_STOP_SPIN_NS
+        try:
+            while True:
+                tid, status = waitpid(-1, flags)
+                if tid:
+                    self.caught += 1
+                    self._misses = 0
+                    return tid, status
+                if clock() >= until:
+                    break
+        except ChildProcessError:
+            return 0, 0  # nothing traced any more: the wait says so
+        self.missed += 1
+        self._misses += 1
+        self._skip = min(1 << self._misses, FIRST_STOP_BACKOFF_MAX)
+        return 0, 0
 
 
 class AlarmWait:

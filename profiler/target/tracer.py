@@ -12,8 +12,9 @@ Safety rules this module owns (DESIGN.md section 5):
 * Nothing is ever written to the target.
 
 Waiting for a stop, bounded by a deadline, is ``events.py``'s: ``sigtimedwait`` on SIGCHLD where every
-thread of nprof blocks it, else a blocking ``waitpid`` ended by a thread-directed alarm. Neither polls (the
-wait dominates the round trip, ptrace-costs.md).
+thread of nprof blocks it, else a blocking ``waitpid`` ended by a thread-directed alarm; a tick's first stop
+is polled for briefly before either (``FirstStopSpin``), as the tracer's wake-up from a sleep is most of
+the time its stopped thread waits.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from profiler.target.ptrace import (
     raw_ptrace,
 )
 from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
-from profiler.target.events import EventWait, open_event_wait
+from profiler.target.events import EventWait, FirstStopSpin, open_event_wait
 from profiler.target.orphans import FOLLOW_OPTIONS, Orphans
 from profiler.target.process import TargetProcess
 from profiler.target.threads import ThreadTable
@@ -103,6 +104,7 @@ class Tracer:
         self.orphans = Orphans(self.seized, self.stats)
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
         self._events: EventWait | None = None
+        self.first_stop = FirstStopSpin()  #: a tick polls for its first stop before it sleeps for it
         self._slots: list[Slot] = []
         #: threads stopped by us (the guard) -> how to resume each: ``LISTEN`` (a group-stop), 0 (continue) or
         #: the signal to deliver (a signal-delivery-stop taken as the sample)
@@ -195,7 +197,7 @@ class Tracer:
         """
         stack_bytes = self.stack_bytes if copy_stack else 0
         pending = self._interrupt(due)
-        captures = self._collect(pending, stack_bytes, agent_capture, window)
+        captures = self._collect(pending, stack_bytes, agent_capture, window, spin=True)
         if pending:  # missed the window: their stops are copied when they come
             late_hook = agent_capture if late_agent_capture is None else late_agent_capture
             for tid in pending:
@@ -252,11 +254,13 @@ class Tracer:
         agent_capture: AgentCapture | None,
         window: float | None = None,
         keep: bool = False,
+        spin: bool = False,
     ) -> list[Capture]:
         """Wait for the stop of every pending thread, in the order they stop; copy each at once and, unless
         ``keep``, resume it. Answer any other event on the way. Gives up after ``window`` seconds (default:
         the stop deadline), leaving the rest in ``pending``. Without ``keep``, a thread still held at the
-        end (a copy failed) is resumed; with it, the caller releases them (``hold``).
+        end (a copy failed) is resumed; with it, the caller releases them (``hold``). With ``spin``, the
+        first stop is polled for before any sleep (``FirstStopSpin``).
 
         The one loop of the hot path: each step here is paid per stopped thread, so the copy and the
         resume are written out rather than called through a callback."""
@@ -268,9 +272,13 @@ class Tracer:
         slots = self._slots
         stats = self.stats
         deadline = time.monotonic() + (self.stop_deadline if window is None else window)
+        first, status = self.first_stop.poll() if spin else (0, 0)
         try:
             while pending:
-                tid, status, err = events.wait(deadline, early=True)
+                if first:
+                    tid, err, first = first, 0, 0
+                else:
+                    tid, status, err = events.wait(deadline, early=True)
                 if tid < 0:
                     if err == errno.EINTR:
                         if time.monotonic() >= deadline:

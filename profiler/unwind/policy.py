@@ -261,6 +261,12 @@ class NativeUnwinder:
         else:
             step = step_chain(bp, sp, window)
         if isinstance(step, StopReason):
+            if step is StopReason.END_OF_STACK and (entry is None or entry.obj is None):
+                # a zero rbp or return address in code without a file (a JIT's) is a value, not the outermost
+                # frame's mark, which only code in a file sets (_start, a thread's start): HotSpot without
+                # -XX:+PreserveFramePointer keeps anything in rbp, and each sample of a busy Java thread
+                # was one frame long, "complete"
+                step = StopReason.BAD_FRAME
             if step is not StopReason.BAD_FRAME:
                 return step, method
             scanned = self._scan(entry, lookup, innermost, sp, bp, window)

@@ -329,6 +329,23 @@ def test_a_kernel_only_a_stack_scan_can_step(tmp_path, asm_kernels):
     assert counters.get("frames_scanned", 0) > 0, counters
 
 
+def test_jit_code_with_rbp_zero_is_not_the_end_of_the_stack(tmp_path, asm_kernels):
+    """Code a JIT wrote into an anonymous mapping has no unwind table, and may use rbp as any register
+    (HotSpot without -XX:+PreserveFramePointer): rbp 0 there is not the outermost frame's mark, which only
+    code in a file sets (``_start``, a thread's start). Taken for it, every sample of a busy Java thread
+    was one frame, its walk "complete" (a sweep: 474 of 474). A stack scan finds the JIT code's caller."""
+    out = str(tmp_path / "jit.speedscope.json")
+    with running_target([asm_kernels, "jit"]) as target:
+        record(target.pid, out, "-r", "200", duration="1")
+    [profile] = read_speedscope(out)
+    chain = ("_start", "__libc_start_main_impl", "__libc_start_call_main", "main", "drive")
+    in_jit = {s: w for s, w in profile.stacks.items() if s[-1].startswith("[anon")}
+    exact, total = share(in_jit, lambda s: s[:-1] == chain)
+    assert total >= 0.9 * sum(profile.stacks.values()) and exact / total >= 0.95, profile.stacks
+    counters = Session.load(str(tmp_path / "jit.nprof")).counters
+    assert counters.get("frames_scanned", 0) > 0, counters
+
+
 def test_c_without_frame_pointers_or_cfi(tmp_path):
     """Code with neither CFI nor frame pointers (-fno-asynchronous-unwind-tables and no -g, as rustc's main
     shim under panic=abort): each caller frame is unwound from its function's code, the stack offset of

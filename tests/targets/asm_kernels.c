@@ -3,6 +3,7 @@
  *
  *   main -> drive -> realigned_kernel   (argv[2] "realigned")
  *   main -> drive -> opaque_kernel      (argv[2] "opaque")
+ *   main -> drive -> JIT_KERNEL         (argv[2] "jit")
  *
  * realigned_kernel realigns its stack as OpenBLAS's x86-64 gemm kernels do
  * (kernel/x86_64/dgemm_kernel_4x8_haswell.S and the rest: the PROLOGUE macro, then `movq %rsp, %rbx;
@@ -13,10 +14,14 @@
  * value kept in memory only (in rax, then a stack slot). Its frame also holds a stale return address of a
  * call to another function, as a frame's uninitialised slots often do.
  *
+ * JIT_KERNEL is code in an anonymous mapping, as a JIT makes it (HotSpot without -XX:+PreserveFramePointer):
+ * no file, no unwind table, and rbp an ordinary register, zero while it loops.
+ *
  * argv[1]: a file descriptor to write "ready\n" to once the hot loop runs.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -92,19 +97,36 @@ __asm__(
 
 volatile long sink;
 
-NOINLINE long drive(int opaque, long n) {
+/* long jit_kernel(long n): push %rbp; xor %ebp,%ebp; mov %rdi,%rcx; xor %eax,%eax;
+ * 1: add %rcx,%rax; dec %rcx; jnz 1b; pop %rbp; ret */
+static const unsigned char JIT_CODE[] = {0x55, 0x31, 0xed, 0x48, 0x89, 0xf9, 0x31, 0xc0, 0x48,
+                                         0x01, 0xc8, 0x48, 0xff, 0xc9, 0x75, 0xf8, 0x5d, 0xc3};
+typedef long (*kernel_fn)(long);
+
+static kernel_fn jit(void) {
+    void *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (code == MAP_FAILED) exit(1);
+    memcpy(code, JIT_CODE, sizeof JIT_CODE);
+    if (mprotect(code, 4096, PROT_READ | PROT_EXEC) != 0) exit(1);
+    return (kernel_fn)code;
+}
+
+NOINLINE long drive(kernel_fn kernel, long n) {
     long s = 0;
-    for (int i = 0; i < 100; i++) s += opaque ? opaque_kernel(n) : realigned_kernel(n);
+    for (int i = 0; i < 100; i++) s += kernel(n);
     return s;
 }
 
 int main(int argc, char **argv) {
     int ready_fd = argc > 1 ? atoi(argv[1]) : -1;
-    int opaque = argc > 2 && strcmp(argv[2], "opaque") == 0;
-    sink = drive(opaque, 10) + stale_caller(1);
+    const char *which = argc > 2 ? argv[2] : "realigned";
+    kernel_fn kernel = strcmp(which, "opaque") == 0 ? opaque_kernel
+                       : strcmp(which, "jit") == 0  ? jit()
+                                                    : realigned_kernel;
+    sink = drive(kernel, 10) + stale_caller(1);
     if (ready_fd >= 0) {
         if (write(ready_fd, "ready\n", 6) != 6) return 1;
         close(ready_fd);
     }
-    for (;;) sink = drive(opaque, 100000);
+    for (;;) sink = drive(kernel, 100000);
 }

@@ -61,11 +61,14 @@ def _cut_short(session: Session, reason: StopReason) -> str | None:
 
 
 def _many(session: Session, cut: int) -> str | None:
-    """"N samples (x%)" for ``cut`` samples, or None when they are too few to tell the user about."""
-    total = session.total_samples
-    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * total:
+    """"N samples (x%)" for ``cut`` walks, or None when they are too few to tell the user about. The share
+    is of the samples walked: an idle thread's sample counts its last stack again without a walk (stop
+    reason "reused"), and a process of many sleeping threads hid walks cut in all its busy ones (a sweep of
+    JVMs: "13,007 samples (27.4%)" where 99.9% of the walks were cut; with --idle, 8.4%)."""
+    walked = session.total_samples - session.stop_reason_counts().get(StopReason.REUSED.label, 0)
+    if cut < WINDOW_NOTICE_MIN_SAMPLES or cut < WINDOW_NOTICE_SHARE * walked:
         return None
-    return f"{cut:,} samples ({100 * cut / total:.1f}%)"
+    return f"{cut:,} samples ({100 * cut / max(walked, cut):.1f}% of those walked)"
 
 
 def stack_window_shortfall(session: Session, cap: int) -> str | None:

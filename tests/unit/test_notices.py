@@ -35,7 +35,7 @@ def cut_at_the_cap(cut: int, total: int) -> Session:
 
 def test_window_and_depth_notices_suggest_four_times_the_limit():
     window = stack_window_shortfall(cut_at_the_cap(50, 100), 4096)
-    assert window is not None and window.startswith("50 samples (50.0%)"), window
+    assert window is not None and window.startswith("50 samples (50.0% of those walked)"), window
     assert "deeper than the 4,096 bytes copied per sample at most" in window and "--max-stack-bytes 16384" in window
     depth = depth_limit_shortfall(session_with(StopReason.DEPTH_LIMIT, 50, 100), 2048)
     assert depth is not None and "deeper than 2,048 frames" in depth and "--max-frames 8192" in depth
@@ -53,6 +53,18 @@ def test_notices_need_one_percent_and_ten_samples():
     assert other_stack_samples(session_with(StopReason.WINDOW_EXHAUSTED, 10, 100)) is None
 
 
+def test_a_share_of_walks_cut_leaves_out_samples_counted_without_a_walk():
+    """Idle threads' samples repeat their last stack without a walk (stop reason "reused"): counted in the
+    share, 100 busy walks all cut beside 9,900 idle samples were 1% and said nothing; with 20,000, the
+    notice would have said 0.5%."""
+    session = session_with(StopReason.DEPTH_LIMIT, 100, 100)
+    idle = session.thread_index(1, 2, 1, "sleeper")
+    sid = session.intern_stack(((FrameKind.NATIVE, 0, 0x20, 0),))
+    session.add_sample(idle, sid, StopReason.REUSED, SampleClass.IDLE, 20_000)
+    depth = depth_limit_shortfall(session, 2048)
+    assert depth is not None and depth.startswith("100 samples (100.0% of those walked)"), depth
+
+
 def test_walks_stopped_without_unwind_info_name_the_code_they_stopped_in():
     """Where the walk stopped is the outermost native frame of the stack: its module is named, file-backed
     ones by their file name, the busiest first."""
@@ -62,7 +74,7 @@ def test_walks_stopped_without_unwind_info_name_the_code_they_stopped_in():
     deeper = session.intern_stack(((FrameKind.NATIVE, 0, 0x10, 0), (FrameKind.NATIVE, 1, 0x20, 0)))
     session.add_sample(thread, deeper, StopReason.NO_UNWIND_INFO, SampleClass.RUNNING, 12)
     notice = no_unwind_info(session, modules)
-    assert notice is not None and notice.startswith("42 samples (37.5%)")
+    assert notice is not None and notice.startswith("42 samples (37.5% of those walked)")
     assert "in [anon:7f00] (30), libasm.so (12)" in notice
     assert no_unwind_info(session_with(StopReason.NO_UNWIND_INFO, 5, 100), modules) is None
 

@@ -379,15 +379,12 @@ class Sampler:
             meta.exit_status[pid] = (status >> 8) & 0xFF if status & 0x7F == 0 else -(status & 0x7F)
         stats = self.tracer.stats
         for name in ("late_stops", "late_captures", "signals_forwarded", "group_stops", "threads_seen",
-                     "threads_exited", "process_held_ns", "orphans_seized"):  # fmt: skip
+                     "threads_exited", "process_held_ns", "orphans_seized", "first_stop_polls_caught",
+                     "first_stop_polls_missed"):  # fmt: skip
             value = getattr(stats, name)
             if value:
                 self.session.counters[name] = value
         self.session.counters["ticks"] = self.ticks
-        spin = self.tracer.first_stop  # how often polling for a tick's first stop saw it (events.py)
-        for name, value in (("first_stop_polls_caught", spin.caught), ("first_stop_polls_missed", spin.missed)):
-            if value:
-                self.session.counters[name] = value
         self.session.counters.update(self.priority.counters())
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
             self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)

@@ -127,6 +127,8 @@ class TracerStats:
     captures: int = 0
     late_stops: int = 0  #: due threads that did not report their stop within their tick's window
     late_captures: int = 0  #: of those, the stops copied when they came (the rest: exits, detach)
+    first_stop_polls_caught: int = 0  #: polls for a tick's first stop that saw it (``events.FirstStopSpin``)
+    first_stop_polls_missed: int = 0  #: ... that gave up, the tracer sleeping for it then
     #: how long each thread was held: from nprof seeing its stop to resuming it (the last HELD_TIMES)
     held_ns: array.array = field(default_factory=lambda: array.array("q"))
     held_total_ns: int = 0

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 
 from profiler.target import ptrace as pt
 from profiler.target.alarm import ThreadAlarm
+from profiler.target.capture import TracerStats
 from profiler.target.libc import libc
 
 #: backstop period of the alarm after a deadline has passed, in case it fired between our check of the clock
@@ -145,36 +146,37 @@ class FirstStopSpin:
     trip is 25 us polling against 38 us waiting, in C): time the stopped thread waits. Polling for the
     first stop only, as the others of a tick arrive while the first is copied, and a thread that waits for
     nprof's own CPU can only stop once nprof sleeps. A poll that sees nothing (the target queued on nprof's
-    CPU) backs off for 2, 4, ... ``FIRST_STOP_BACKOFF_MAX`` ticks."""
+    CPU) backs off for 2, 4, ... ``FIRST_STOP_BACKOFF_MAX`` ticks. Each poll is counted in ``stats``
+    (``first_stop_polls_caught``, ``first_stop_polls_missed``)."""
 
-    __slots__ = ("_skip", "_misses", "caught", "missed")
+    __slots__ = ("_waiter", "_stats", "_skip", "_misses")
 
-    def __init__(self) -> None:
+    def __init__(self, waiter: pt.Waiter, stats: TracerStats) -> None:
+        self._waiter = waiter  #: the tracer's, for its ``waitpid(WNOHANG)``
+        self._stats = stats
         self._skip = 0  #: ticks left to wait without polling
         self._misses = 0  #: polls in a row that saw nothing
-        self.caught = 0  #: polls that saw the stop
-        self.missed = 0  #: polls that gave up (the tracer then sleeps for it)
 
     def poll(self) -> tuple[int, int]:
         """``(tid, status)`` of the first event ``waitpid(WNOHANG)`` returns within the poll; tid 0 if none
-        came (or this tick backs off), and the caller waits as usual. Called right after the interrupts."""
+        came (or this tick backs off, or nothing is traced any more), and the caller waits as usual. Called
+        right after the interrupts."""
         if self._skip:
             self._skip -= 1
             return 0, 0
-        clock, waitpid, flags = time.monotonic_ns, os.waitpid, pt.WALL | pt.WNOHANG
+        clock, wait = time.monotonic_ns, self._waiter.wait
         until = clock() + FIRST_STOP_SPIN_NS
-        try:
-            while True:
-                tid, status = waitpid(-1, flags)
-                if tid:
-                    self.caught += 1
-                    self._misses = 0
-                    return tid, status
-                if clock() >= until:
-                    break
-        except ChildProcessError:
-            return 0, 0  # nothing traced any more: the wait says so
-        self.missed += 1
+        while True:
+            tid, status, _err = wait(nohang=True)
+            if tid > 0:
+                self._stats.first_stop_polls_caught += 1
+                self._misses = 0
+                return tid, status
+            if tid < 0:
+                return 0, 0  # ECHILD, nothing traced any more: the wait that follows says so
+            if clock() >= until:
+                break
+        self._stats.first_stop_polls_missed += 1
         self._misses += 1
         self._skip = min(1 << self._misses, FIRST_STOP_BACKOFF_MAX)
         return 0, 0

@@ -104,7 +104,7 @@ class Tracer:
         self.orphans = Orphans(self.seized, self.stats)
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
         self._events: EventWait | None = None
-        self.first_stop = FirstStopSpin()  #: a tick polls for its first stop before it sleeps for it
+        self.first_stop = FirstStopSpin(self._waiter, self.stats)  #: a tick polls for its first stop first
         self._slots: list[Slot] = []
         #: threads stopped by us (the guard) -> how to resume each: ``LISTEN`` (a group-stop), 0 (continue) or
         #: the signal to deliver (a signal-delivery-stop taken as the sample)

@@ -138,8 +138,14 @@ class Session:
         return sum(self.samples.values()) + self.deferred_samples
 
     def stop_reason_counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+        """Samples per stop reason, by label. Summed by the reason's number first, and labelled once per
+        reason: the notices at the end of a recording ask several times, and an enum lookup per distinct
+        sample took 0.2 s a call for a session of 340,000."""
+        by_number: dict[int, int] = {}
         for (_t, _s, stop, _c), n in self.samples.items():
+            by_number[stop] = by_number.get(stop, 0) + n
+        out: dict[str, int] = {}
+        for stop, n in by_number.items():
             label = StopReason(stop).label
             out[label] = out.get(label, 0) + n
         return out

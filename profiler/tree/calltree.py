@@ -27,8 +27,9 @@ def included(cls: int, config: ExportConfig) -> bool:
 def stack_counts(session: Session, config: ExportConfig) -> dict[int, dict[int, int]]:
     """thread index -> {stack id: samples}, for the samples ``config`` shows."""
     out: dict[int, dict[int, int]] = defaultdict(dict)
+    shown = {int(cls) for cls in SampleClass if included(cls, config)}  # (not an enum lookup per sample)
     for (thread, stack, _stop, cls), n in session.samples.items():
-        if stack < 0 or not included(cls, config):
+        if stack < 0 or cls not in shown:
             continue
         per = out[thread]
         per[stack] = per.get(stack, 0) + n
@@ -47,6 +48,12 @@ def stack_display(session: Session, sid: int, keep: Callable[[FrameInfo], bool])
     return [info for _fid, info in expand_stack(session, session.stacks.frames(sid), keep)]
 
 
+def frame_info(session: Session, fid: int) -> FrameInfo:
+    """What frame ``fid`` is called (``#fid`` in a session not symbolized that far)."""
+    info = session.frame_info
+    return info[fid] if info is not None and fid < len(info) else FrameInfo(f"#{fid}")
+
+
 def expand_stack(
     session: Session, fids: Sequence[int], keep: Callable[[FrameInfo], bool]
 ) -> list[tuple[int, FrameInfo]]:
@@ -60,7 +67,6 @@ def expand_stack(
     that loop activation executes, so when runtime frames were interleaved at an interpreter frame, its
     inlined calls come after them, not between the loop and the Python functions it runs.
     """
-    info = session.frame_info or []
     inlined = session.inlined
     kinds = session.frames.kinds()
     runtime = [int(kinds[fid]) == FrameKind.RUNTIME for fid in fids] + [False]
@@ -70,7 +76,7 @@ def expand_stack(
         if deferred and not runtime[i]:
             out.extend(deferred)
             deferred = []
-        frame = info[fid] if fid < len(info) else FrameInfo(f"#{fid}")
+        frame = frame_info(session, fid)
         if keep(frame):
             out.append((fid, frame))
         calls = [(fid, f) for f in inlined.get(fid, ()) if keep(f)]
@@ -163,7 +169,6 @@ class _FrameLabels:
     ``last`` the one shown last (-1: none)."""
 
     def __init__(self, session: Session, keep: Callable[[FrameInfo], bool]) -> None:
-        info = session.frame_info or []
         ids: dict[str, int] = {}
         flat: list[int] = []
         n = len(session.frames)
@@ -171,8 +176,7 @@ class _FrameLabels:
         self.count = np.zeros(n, dtype=np.int64)
         self.last = np.full(n, -1, dtype=np.int64)
         for fid in range(n):
-            frame = info[fid] if fid < len(info) else FrameInfo(f"#{fid}")
-            shown = [f for f in (frame, *session.inlined.get(fid, ())) if keep(f)]
+            shown = [f for f in (frame_info(session, fid), *session.inlined.get(fid, ())) if keep(f)]
             self.start[fid] = len(flat)
             self.count[fid] = len(shown)
             for f in shown:

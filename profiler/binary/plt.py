@@ -41,6 +41,8 @@ BND = 0xF2
 JMP_RIP = b"\xff\x25"  #: jmp *disp32(%rip): FF /4 with ModRM 0x25 (Intel SDM vol. 2, JMP)
 PUSH_IMM32 = 0x68
 PUSH_RIP = b"\xff\x35"  #: push disp32(%rip): FF /6 with ModRM 0x35, how the first .plt entry starts
+#: what a stub's name is its target's name followed by, as objdump and perf print it
+PLT_SUFFIX = "@plt"
 #: section -> stub size when its sh_entsize is 0 (GNU ld's x86-64 layouts: 16-byte .plt and .plt.sec
 #: entries, 8-byte .plt.got entries without IBT)
 PLT_SECTIONS = {".plt": 16, ".plt.sec": 16, ".plt.got": 8}

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from profiler.binary.objfile import ObjectFile
+from profiler.binary.plt import PLT_SUFFIX
 from profiler.errors import BinaryError
 from profiler.config import ExportConfig
 from profiler.model import SYNTHETIC_LABELS, FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
@@ -129,7 +130,7 @@ def _symbol_names(module: Module | None, obj: ObjectFile | None, rels: list[int]
         elif code_label is not None:
             out.append(unversioned(code_label))
         elif stub is not None:
-            out.append(f"{demangle(stub)}@plt")  # as objdump and perf name a PLT stub
+            out.append(f"{demangle(stub)}{PLT_SUFFIX}")  # as objdump and perf name a PLT stub
         elif module is None:
             out.append(f"0x{rel:x}")
         else:
@@ -201,7 +202,9 @@ def _mark_interpreter_frames(
     addresses: object,
 ) -> None:
     """Flag the native frames an agent calls its interpreter's own glue (for --hide-interpreter): by address
-    for out-of-line frames, by name for the copies inlined into other functions."""
+    for out-of-line frames, by name for the copies inlined into other functions and for the PLT stubs that
+    lead to glue (``PyObject_Vectorcall@plt``: a shared libpython calls its own exported functions through
+    its PLT, and no symbol covers a stub, so no address range holds it)."""
     by_name = [a.is_interpreter_function for a in agents.values() if hasattr(a, "is_interpreter_function")]
     if by_name:
         for fid, chain in inlined.items():
@@ -209,17 +212,20 @@ def _mark_interpreter_frames(
             if any(glue):
                 inlined[fid] = [dataclasses.replace(f, interpreter=True) if g else f for f, g in zip(chain, glue)]
     checks = [a.is_interpreter_frame for a in agents.values() if hasattr(a, "is_interpreter_frame")]
-    if not checks:
+    if not checks and not by_name:
         return
     for fid, info in enumerate(infos):
         if int(kinds[fid]) != FrameKind.NATIVE or info.interpreter:
             continue
-        mid, rel = int(modules[fid]), int(addresses[fid])
-        if not 0 <= mid < len(session.modules):
-            continue
-        avma = rel + session.modules[mid].bias
-        frame = NativeFrame(mid, rel, avma, UnwindMethod.IP)
-        if any(check(frame) for check in checks):
+        if info.name.endswith(PLT_SUFFIX):  # no function's range holds a stub: its target's name decides
+            glue = any(check(info.name.removesuffix(PLT_SUFFIX)) for check in by_name)
+        else:
+            mid, rel = int(modules[fid]), int(addresses[fid])
+            if not 0 <= mid < len(session.modules):
+                continue
+            frame = NativeFrame(mid, rel, rel + session.modules[mid].bias, UnwindMethod.IP)
+            glue = any(check(frame) for check in checks)
+        if glue:
             infos[fid] = dataclasses.replace(info, interpreter=True)
 
 

@@ -19,8 +19,10 @@ from profiler.binary.elf import ElfFile
 from profiler.binary.objfile import ObjectFile
 from profiler.binary.plt import load_plt_stubs
 from profiler.binary.symbols import ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
-from profiler.model import Module
-from profiler.symbolize.symbolizer import _symbol_names
+from profiler.model import FrameKind, Module, NativeFrame, SampleClass, StopReason
+from profiler.sampling.session import Session, SessionMeta
+from profiler.symbolize.symbolizer import _symbol_names, symbolize
+from agents.cpython.anchors import InterpreterFunctions, is_call_glue
 
 PYENV = os.environ.get("PYENV_ROOT", "/root/.pyenv")
 LIBRARIES = sorted(glob.glob(f"{PYENV}/versions/3.*/lib/libpython3.*.so.1.0")) + [
@@ -144,3 +146,39 @@ def test_a_return_address_made_up_to_enter_a_function_is_named_after_it():
     module = Module(0, path, obj.build_id, 0, 0, 0)
     assert obj.symbols.lookup(start[0] - 1) is None, "libc is laid out with padding before it"
     assert _symbol_names(module, obj, [start[0] - 1, start[0] + 1])[0] == ["__start_context"] * 2
+
+
+class InterpreterGlue:
+    """The two checks the CPython agent gives the symbolizer for ``--hide-interpreter``, over a libpython file
+    without a live interpreter: by address (its call-glue functions) and by name (inlined copies, stubs)."""
+
+    def __init__(self, obj: ObjectFile) -> None:
+        self.functions = InterpreterFunctions(obj.symbols, 0)
+
+    def is_interpreter_frame(self, frame: NativeFrame) -> bool:
+        return self.functions.is_interpreter_frame(frame)
+
+    def is_interpreter_function(self, name: str) -> bool:
+        return is_call_glue(name)
+
+
+@pytest.mark.parametrize("path", [p for p in LIBRARIES if "libpython" in p], ids=os.path.basename)
+def test_a_stub_that_leads_to_call_glue_is_interpreter_glue(path):
+    """A shared libpython calls its own exported call functions (``PyObject_Vectorcall``) through its PLT. A
+    pc in such a stub is call glue, hidden by ``--hide-interpreter`` as the function is: a CI run found
+    ``PyObject_Vectorcall@plt`` left in 3.13's profile of ``sorted(key=...)``. A stub to another function
+    stays shown."""
+    obj = ObjectFile(ElfFile(path))
+    stubs = load_plt_stubs(obj.elf)
+    glue = [i for i, name in enumerate(stubs.names) if is_call_glue(name)]
+    other = [i for i, name in enumerate(stubs.names) if not is_call_glue(name)]
+    if not glue:
+        pytest.skip(f"{os.path.basename(path)} calls no call glue through its PLT")
+    session = Session(SessionMeta(pid=7, command=["python3"], duration=1.0))
+    session.modules = [Module(id=0, path=path, build_id=None, start=0, end=0, bias=0)]
+    pcs = [int(stubs.starts[glue[0]]) + 4, int(stubs.starts[other[0]]) + 4]
+    sid = session.intern_stack(tuple((FrameKind.NATIVE, 0, pc, 0) for pc in pcs))
+    session.add_sample(session.thread_index(7, 7, 1, "main"), sid, StopReason.END_OF_STACK, SampleClass.RUNNING, 1)
+    infos = symbolize(session, {0: obj}, {"cpython": InterpreterGlue(obj)}).frames
+    shown = {info.name: info.interpreter for info in infos}
+    assert shown == {f"{stubs.names[glue[0]]}@plt": True, f"{stubs.names[other[0]]}@plt": False}

@@ -102,12 +102,12 @@ def atomic_write(path: str) -> Iterator[BinaryIO]:
         raise
 
 
-def write_bytes(path: str, data: bytes) -> None:
+def write_bytes(path: str, data: bytes | bytearray) -> None:
     with atomic_write(path) as f:
         f.write(data)
 
 
-def write_output(path: str, data: bytes) -> None:
+def write_output(path: str, data: bytes | bytearray) -> None:
     """Write a user's output file: atomically where it is a regular file (or a link to one, which stays a
     link), written through where it is a stream (see the module's docstring). A failure of the write itself
     (a full disk, ``> /dev/full``) is an ``OutputError``, as one found before it is."""

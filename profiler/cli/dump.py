@@ -31,7 +31,7 @@ from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
 from profiler.target.capture import ThreadRecord
 from profiler.target.tracing_thread import TracingThread
-from profiler.tree.calltree import command_line, expand_stack
+from profiler.tree.calltree import StackDisplays, command_line
 
 #: proc(5) state letters, as words
 STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
@@ -99,12 +99,13 @@ def snapshot(
         print(f"nprof: {message}", file=sys.stderr)
     threads = []
     kinds = session.frames.kinds()
+    displays = StackDisplays(session, lambda frame: True)
     for (thread, stack, stop, cls), _n in session.samples.items():
         t = session.threads[thread]
         frames: list[DumpFrame] = []
         runtime_locals = local_vars.get(t.tid, [])
         python_seen = 0
-        for fid, info in reversed(expand_stack(session, session.stacks.frames(stack), lambda frame: True)):
+        for fid, info in reversed(displays.pairs(session.stacks.frames(stack))):
             python = int(kinds[fid]) == FrameKind.RUNTIME
             frame = DumpFrame(info, python, None if python else _avma(session, fid))
             if python:

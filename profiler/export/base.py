@@ -17,8 +17,9 @@ class Exporter(Protocol):
     #: file name endings that select this format, longest first when they overlap
     extensions: tuple[str, ...]
 
-    def render(self, session: Session, config: ExportConfig) -> bytes:
-        """The whole output file. Needs a symbolized session (``session.frame_info``)."""
+    def render(self, session: Session, config: ExportConfig) -> bytes | bytearray:
+        """The whole output file (a ``bytearray`` where it was built in place, not copied into ``bytes``).
+        Needs a symbolized session (``session.frame_info``)."""
 
 
 def exporters() -> dict[str, Exporter]:

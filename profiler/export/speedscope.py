@@ -20,7 +20,7 @@ from profiler import __version__
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import frame_filter, process_labels, stack_counts, stack_display
+from profiler.tree.calltree import StackDisplays, frame_filter, process_labels, stack_counts
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 
@@ -43,40 +43,66 @@ def _frame(info: FrameInfo) -> dict[str, object]:
     return out
 
 
+class _SharedFrames:
+    """speedscope's frame table, which identifies frames by index: frames that look the same (a function
+    sampled at several addresses) must share one index, or the flame graph shows the function as several
+    nodes. Holds the frames some shown stack uses, in the order they were first used."""
+
+    def __init__(self, displays: StackDisplays) -> None:
+        self.frames: list[dict[str, object]] = []
+        self._infos = displays.infos
+        self._of_display = [-1] * len(displays.infos)  #: display id -> index, once used
+        self._by_key: dict[tuple[str, str | None, int | None], int] = {}
+
+    def indices(self, shown: list[int]) -> list[int]:
+        """The indices of the frames of a stack's display ids."""
+        out = [self._of_display[d] for d in shown]
+        if -1 in out:
+            for j, d in enumerate(shown):
+                if out[j] < 0:
+                    out[j] = self._of_display[d] = self._add(self._infos[d])
+        return out
+
+    def _add(self, f: FrameInfo) -> int:
+        key = (f.name, f.file or f.module, f.line)
+        i = self._by_key.get(key)
+        if i is None:
+            i = self._by_key[key] = len(self.frames)
+            self.frames.append(_frame(f))
+        return i
+
+
+def _sort_ranks(displays: StackDisplays) -> list[int]:
+    """Per display id, the rank of its (name, file or module) among all of them: stacks compared as lists of
+    ranks are in the alphabetical order of their frames, without building strings per stack."""
+    keys = [(f.name, f.file or f.module or "") for f in displays.infos]
+    position = {key: i for i, key in enumerate(sorted(set(keys)))}
+    return [position[key] for key in keys]
+
+
 class SpeedscopeExporter:
     format = "speedscope"
     extensions = (".speedscope.json", ".json")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        # speedscope identifies frames by index: frames that look the same (a function sampled at several
-        # addresses) must share one index, or the flame graph shows the function as several nodes
-        shared: list[dict[str, object]] = []
-        index_of: dict[tuple[str, str | None, int | None], int] = {}
-
-        def index(f: FrameInfo) -> int:
-            key = (f.name, f.file or f.module, f.line)
-            i = index_of.get(key)
-            if i is None:
-                i = index_of[key] = len(shared)
-                shared.append(_frame(f))
-            return i
-
-        keep = frame_filter(config)
+        displays = StackDisplays(session, frame_filter(config))
+        shared = _SharedFrames(displays)
+        rank = _sort_ranks(displays)
+        #: stack id -> (sort key, frame indices): a stack several threads ran is expanded once
+        rows_of: dict[int, tuple[list[int], list[int]]] = {}
         seconds_per_sample = _seconds_per_sample(session)
         profiles = []
         processes = process_labels(session)
         for thread, per in stack_counts(session, config).items():
-            rows: list[tuple[tuple[tuple[str, str], ...], list[int], float]] = []
-            for sid, n in per.items():
-                frames = stack_display(session, sid, keep)
-                if frames:
-                    order = tuple((f.name, f.file or f.module or "") for f in frames)
-                    rows.append((order, [index(f) for f in frames], n * seconds_per_sample))
+            new = [sid for sid in per if sid not in rows_of]
+            for sid, shown in zip(new, displays.many(new)):
+                rows_of[sid] = ([rank[d] for d in shown], shared.indices(shown))
+            rows = [(rows_of[sid], n * seconds_per_sample) for sid, n in per.items() if rows_of[sid][0]]
             if not rows:
                 continue
-            rows.sort(key=lambda row: row[0])
-            samples = [row[1] for row in rows]
-            weights = [row[2] for row in rows]
+            rows.sort(key=lambda row: row[0][0])
+            samples = [row[0][1] for row in rows]
+            weights = [row[1] for row in rows]
             t = session.threads[thread]
             name = f"{t.name} (tid {t.tid})"
             if t.pid in processes:
@@ -105,7 +131,7 @@ class SpeedscopeExporter:
             "name": profile_name(session),
             "exporter": f"nprof {__version__}",
             "activeProfileIndex": 0,
-            "shared": {"frames": shared},
+            "shared": {"frames": shared.frames},
             "profiles": profiles,
         }
         return orjson.dumps(document)

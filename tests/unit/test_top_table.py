@@ -65,12 +65,36 @@ def test_a_function_named_like_its_module_keeps_the_module_in_its_label():
     assert function_label(FrameInfo("libz.so.1+0x5d80", module="libz.so.1")) == "libz.so.1+0x5d80"
 
 
+def _display_by_definition(session: Session, fids: list[int], keep) -> list:
+    """What a stack shows, frame by frame as ``StackDisplays`` defines it: each frame's function, then the
+    calls inlined at it, each left out where ``keep`` says so; an interpreter frame's inlined calls come after
+    the runtime frames interleaved right after it."""
+    from profiler.model import FrameKind
+    from profiler.tree.calltree import frame_info
+
+    kinds = session.frames.kinds()
+    runtime = [int(kinds[fid]) == FrameKind.RUNTIME for fid in fids] + [False]
+    out, deferred = [], []
+    for i, fid in enumerate(fids):
+        if deferred and not runtime[i]:
+            out, deferred = out + deferred, []
+        frame = frame_info(session, fid)
+        if keep(frame):
+            out.append((fid, frame))
+        calls = [(fid, f) for f in session.inlined.get(fid, ()) if keep(f)]
+        if frame.interpreter and runtime[i + 1]:
+            deferred = calls
+        else:
+            out += calls
+    return out + deferred
+
+
 def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple[list, int]:
     """``function_totals`` as its definition says it, one displayed stack at a time (what it did before it
     worked over the prefix tree)."""
     from collections import Counter
 
-    from profiler.tree.calltree import FunctionTotal, frame_filter, function_label, stack_counts, stack_display
+    from profiler.tree.calltree import FunctionTotal, frame_filter, function_label, stack_counts
 
     keep = frame_filter(config)
     self_n: Counter[str] = Counter()
@@ -78,7 +102,8 @@ def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple
     samples = 0
     for per in stack_counts(session, config).values():
         for sid, n in per.items():
-            labels = [function_label(f) for f in stack_display(session, sid, keep)]
+            shown = _display_by_definition(session, session.stacks.frames(sid), keep)
+            labels = [function_label(f) for _fid, f in shown]
             if labels:
                 samples += n
                 self_n[labels[-1]] += n
@@ -87,17 +112,12 @@ def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple
     return sorted(totals, key=lambda t: (-t.self_samples, -t.total_samples, t.label)), samples
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("config", [ExportConfig(), ExportConfig(hide_interpreter=True), ExportConfig(idle=True)])
-def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed, config):
-    """Random sessions of native frames (some with inlined calls, some the interpreter's own, hidden with
-    --hide-interpreter) and runtime frames, with recursion, several threads and idle samples: the totals
-    computed level by level over the tree are those of each stack as ``expand_stack`` shows it, the leaf
-    included where an interpreter frame's inlined calls are shown after the runtime frames it runs."""
+def _random_session(seed: int) -> Session:
+    """Native frames (some with inlined calls, some the interpreter's own, hidden with --hide-interpreter)
+    and runtime frames, with recursion, several threads and idle samples."""
     import random
 
     from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
-    from profiler.tree.calltree import function_totals
 
     rng = random.Random(seed)
     session = Session(SessionMeta(pid=7, command=["x"]))
@@ -119,4 +139,41 @@ def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed
         if fid % 4 == 1 and int(session.frames.kinds()[fid]) == FrameKind.NATIVE:
             session.inlined[fid] = [FrameInfo(f"inl{fid}", module="m.so", inlined=True,
                                               interpreter=fid % 8 == 1)]  # fmt: skip
+    return session
+
+
+CONFIGS = [ExportConfig(), ExportConfig(hide_interpreter=True), ExportConfig(idle=True)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("config", CONFIGS)
+def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed, config):
+    """The totals computed level by level over the tree are those of each stack as it is shown, the leaf
+    included where an interpreter frame's inlined calls are shown after the runtime frames it runs."""
+    from profiler.tree.calltree import function_totals
+
+    session = _random_session(seed)
     assert function_totals(session, config) == _totals_one_stack_at_a_time(session, config)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("config", CONFIGS[:2])
+def test_stack_displays_are_those_of_the_definition(seed, config):
+    """``StackDisplays`` (per-frame work done once per frame id; frame ids read from the tree a level at a
+    time for many stacks) shows every stack as the definition does, frame by frame; in chunks too."""
+    from profiler.tree import calltree
+
+    session = _random_session(seed)
+    keep = calltree.frame_filter(config)
+    displays = calltree.StackDisplays(session, keep)
+    sids = list(range(len(session.stacks)))[::-1]
+    expected = [_display_by_definition(session, session.stacks.frames(sid), keep) for sid in sids]
+    shown = [[(displays.origin[d], displays.infos[d]) for d in ids] for ids in displays.many(sids)]
+    assert shown == expected
+    if config.hide_interpreter:
+        assert any(len(e) < len(session.stacks.frames(sid)) for e, sid in zip(expected, sids)), "nothing hidden"
+    calltree.PATHS_CHUNK, chunk = 7, calltree.PATHS_CHUNK
+    try:
+        assert [[(displays.origin[d], displays.infos[d]) for d in ids] for ids in displays.many(sids)] == expected
+    finally:
+        calltree.PATHS_CHUNK = chunk

@@ -31,7 +31,8 @@ from profiler.symbolize.symbolizer import resolve
 from profiler.target import procfs
 from profiler.target.capture import ThreadRecord
 from profiler.target.tracing_thread import TracingThread
-from profiler.tree.calltree import StackDisplays, command_line
+from profiler.tree.calltree import command_line
+from profiler.tree.display import StackDisplays
 
 #: proc(5) state letters, as words
 STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",

@@ -10,7 +10,8 @@ from collections import defaultdict
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import StackDisplays, frame_filter, process_labels, stack_counts
+from profiler.tree.calltree import frame_filter, process_labels, stack_counts
+from profiler.tree.display import StackDisplays
 
 
 def folded_label(text: str) -> str:

@@ -20,7 +20,8 @@ from profiler import __version__
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
-from profiler.tree.calltree import StackDisplays, frame_filter, process_labels, stack_counts
+from profiler.tree.calltree import frame_filter, process_labels, stack_counts
+from profiler.tree.display import StackDisplays
 
 SCHEMA_URL = "https://www.speedscope.app/file-format-schema.json"
 

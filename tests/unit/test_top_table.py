@@ -59,7 +59,7 @@ def test_a_function_named_like_its_module_keeps_the_module_in_its_label():
     """Only an unnamed address ("libz.so.1+0x5d80") already says its module: a function whose name merely
     contains the module's ("spin_leaf" in "spin") was shown without it, beside "worker (spin)" (a sweep)."""
     from profiler.model import FrameInfo
-    from profiler.tree.calltree import function_label
+    from profiler.tree.totals import function_label
 
     assert function_label(FrameInfo("spin_leaf", module="spin")) == "spin_leaf (spin)"
     assert function_label(FrameInfo("libz.so.1+0x5d80", module="libz.so.1")) == "libz.so.1+0x5d80"
@@ -70,7 +70,7 @@ def _display_by_definition(session: Session, fids: list[int], keep) -> list:
     calls inlined at it, each left out where ``keep`` says so; an interpreter frame's inlined calls come after
     the runtime frames interleaved right after it."""
     from profiler.model import FrameKind
-    from profiler.tree.calltree import frame_info
+    from profiler.tree.display import frame_info
 
     kinds = session.frames.kinds()
     runtime = [int(kinds[fid]) == FrameKind.RUNTIME for fid in fids] + [False]
@@ -94,7 +94,8 @@ def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple
     worked over the prefix tree)."""
     from collections import Counter
 
-    from profiler.tree.calltree import FunctionTotal, frame_filter, function_label, stack_counts
+    from profiler.tree.calltree import frame_filter, stack_counts
+    from profiler.tree.totals import FunctionTotal, function_label
 
     keep = frame_filter(config)
     self_n: Counter[str] = Counter()
@@ -150,7 +151,7 @@ CONFIGS = [ExportConfig(), ExportConfig(hide_interpreter=True), ExportConfig(idl
 def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed, config):
     """The totals computed level by level over the tree are those of each stack as it is shown, the leaf
     included where an interpreter frame's inlined calls are shown after the runtime frames it runs."""
-    from profiler.tree.calltree import function_totals
+    from profiler.tree.totals import function_totals
 
     session = _random_session(seed)
     assert function_totals(session, config) == _totals_one_stack_at_a_time(session, config)
@@ -161,19 +162,19 @@ def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed
 def test_stack_displays_are_those_of_the_definition(seed, config):
     """``StackDisplays`` (per-frame work done once per frame id; frame ids read from the tree a level at a
     time for many stacks) shows every stack as the definition does, frame by frame; in chunks too."""
-    from profiler.tree import calltree
+    from profiler.tree import calltree, display
 
     session = _random_session(seed)
     keep = calltree.frame_filter(config)
-    displays = calltree.StackDisplays(session, keep)
+    displays = display.StackDisplays(session, keep)
     sids = list(range(len(session.stacks)))[::-1]
     expected = [_display_by_definition(session, session.stacks.frames(sid), keep) for sid in sids]
     shown = [[(displays.origin[d], displays.infos[d]) for d in ids] for ids in displays.many(sids)]
     assert shown == expected
     if config.hide_interpreter:
         assert any(len(e) < len(session.stacks.frames(sid)) for e, sid in zip(expected, sids)), "nothing hidden"
-    calltree.PATHS_CHUNK, chunk = 7, calltree.PATHS_CHUNK
+    display.PATHS_CHUNK, chunk = 7, display.PATHS_CHUNK
     try:
         assert [[(displays.origin[d], displays.infos[d]) for d in ids] for ids in displays.many(sids)] == expected
     finally:
-        calltree.PATHS_CHUNK = chunk
+        display.PATHS_CHUNK = chunk

@@ -1,0 +1,139 @@
+"""The table of top functions: per function, the samples where it is the leaf (self) and where it is
+anywhere on the stack (total), over the prefix tree in numpy rather than one displayed stack at a time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler.config import ExportConfig
+from profiler.model import FrameInfo, FrameKind
+from profiler.sampling.session import Session
+from profiler.tree.calltree import frame_filter, stack_counts
+from profiler.tree.display import StackDisplays, tree_levels
+
+
+@dataclass(frozen=True)
+class FunctionTotal:
+    label: str
+    self_samples: int
+    total_samples: int
+
+
+#: distinct stacks whose (stack, function) pairs ``function_totals`` builds at a time: bounds its memory to a
+#: few arrays of ~chunk x depth entries (65,536 stacks 40 frames deep: ~20 MB each)
+TOTALS_CHUNK = 1 << 16
+
+
+def function_totals(session: Session, config: ExportConfig) -> tuple[list[FunctionTotal], int]:
+    """Per function: samples where it is the leaf (self) and where it is anywhere (total, once per
+    sample even when it recurses). Returns the totals, most self first, and the number of samples.
+
+    Done in numpy over the prefix tree, level by level: each stack's functions are the labels of its
+    nodes' frames, gathered from the leaves towards the root for a chunk of stacks at a time, and made
+    unique per stack by a sort. Only the leaf needs the order ``StackDisplays`` shows frames in
+    (``_leaf_labels``). Expanding every distinct stack in Python instead (as it was then) took 9.3 s,
+    at the end of the recording, for a 4-minute recording at 1 kHz of a C++ program taking random call
+    paths (335,000 distinct stacks, 7 million tree nodes); this takes 0.8-1.0 s, and 0.3 s where that
+    took 0.6 s for a 10-minute recording of a Python program (66,000 samples)."""
+    merged: dict[int, int] = defaultdict(int)
+    for per in stack_counts(session, config).values():
+        for sid, n in per.items():
+            merged[sid] += n
+    if not merged:
+        return [], 0
+    sids = np.fromiter(merged.keys(), dtype=np.int64, count=len(merged))
+    counts = np.fromiter(merged.values(), dtype=np.int64, count=len(merged))
+    displays = StackDisplays(session, frame_filter(config))
+    labels = _FrameLabels(displays)
+    columns = session.stacks.columns()
+    parent, frame = columns["parent"].astype(np.int64), columns["frame"].astype(np.int64)
+    total = np.zeros(len(labels.names), dtype=np.int64)
+    shown = np.zeros(len(sids), dtype=bool)  # stacks with a frame left to show
+    for lo in range(0, len(sids), TOTALS_CHUNK):
+        stacks, labs = _stack_labels(sids[lo : lo + TOTALS_CHUNK], parent, frame, labels)
+        pairs = np.sort(stacks * len(labels.names) + labs)
+        pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]  # each (stack, label) once
+        stacks, labs = pairs // len(labels.names), pairs % len(labels.names)
+        total += np.bincount(labs, weights=counts[lo + stacks], minlength=len(total)).astype(np.int64)
+        shown[lo + stacks] = True
+    leaves = _leaf_labels(displays, sids, parent, frame, labels)
+    self_n = np.bincount(leaves[shown], weights=counts[shown], minlength=len(total)).astype(np.int64)
+    totals = [FunctionTotal(name, int(self_n[i]), int(total[i])) for i, name in enumerate(labels.names) if total[i]]
+    totals.sort(key=lambda t: (-t.self_samples, -t.total_samples, t.label))
+    return totals, int(counts[shown].sum())
+
+
+class _FrameLabels:
+    """Per frame id, the ``function_label``s of the frames it shows (itself and the calls inlined at it, as
+    ``StackDisplays`` keeps them) as ids into ``names``: ids ``flat[start[fid] : start[fid] + count[fid]]``
+    (``flat`` is the label of each display id, whose ids are consecutive per frame), ``last`` the one shown
+    last (-1: none)."""
+
+    def __init__(self, displays: StackDisplays) -> None:
+        ids: dict[str, int] = {}
+        self.flat = np.array([ids.setdefault(function_label(f), len(ids)) for f in displays.infos], dtype=np.int64)
+        shown = [displays.of_frame(fid) for fid in range(len(displays.session.frames))]
+        self.count = np.array([len(d) for d in shown], dtype=np.int64)
+        self.start = np.array([d[0] if d else 0 for d in shown], dtype=np.int64)
+        self.last = np.full(len(shown), -1, dtype=np.int64)
+        some = self.count > 0
+        self.last[some] = self.flat[(self.start + self.count - 1)[some]]
+        self.ids = ids  #: label -> id
+        self.names = list(ids)
+
+
+def _stack_labels(
+    sids: np.ndarray, parent: np.ndarray, frame: np.ndarray, labels: _FrameLabels
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every (index into ``sids``, label id) of the frames on those stacks, repeats included, for all
+    stacks at once a tree level at a time."""
+    stacks, labs = [], []
+    for index, fids in tree_levels(sids, parent, frame):
+        n = labels.count[fids]
+        # each node's labels: flat[start : start + n], expanded without a Python loop
+        offsets = np.repeat(labels.start[fids] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
+        stacks.append(np.repeat(index, n))
+        labs.append(labels.flat[offsets])
+    return np.concatenate(stacks), np.concatenate(labs)
+
+
+def _leaf_labels(
+    displays: StackDisplays, sids: np.ndarray, parent: np.ndarray, frame: np.ndarray, labels: _FrameLabels
+) -> np.ndarray:
+    """The label id of the frame each stack shows last (-1: none). A stack whose last frame is native and
+    shows something ends with that: whatever an interpreter frame before it deferred was shown before it.
+    The others (ending in runtime frames, or in a frame hidden whole) are expanded (``_shown_at_end``)."""
+    kinds = displays.session.frames.kinds()
+    fids = frame[sids]
+    leaves = labels.last[fids]
+    for i in np.nonzero((kinds[fids] == FrameKind.RUNTIME) | (leaves < 0))[0].tolist():
+        shown = _shown_at_end(displays, int(sids[i]), parent, frame, kinds)
+        leaves[i] = labels.ids[function_label(displays.infos[shown[-1]])] if shown else -1
+    return leaves
+
+
+def _shown_at_end(
+    displays: StackDisplays, sid: int, parent: np.ndarray, frame: np.ndarray, kinds: np.ndarray
+) -> list[int]:
+    """The end of the display ids shown for stack ``sid``: its display from the last frame before its
+    closing run of runtime frames on, which is the end of the whole display, as calls deferred before that
+    frame come out ahead of it; the whole display where that part shows nothing."""
+    tail: list[int] = []
+    node = sid
+    while node >= 0:
+        tail.append(int(frame[node]))
+        if int(kinds[tail[-1]]) != FrameKind.RUNTIME:
+            break
+        node = int(parent[node])
+    return displays.expand(tail[::-1]) or displays.expand(displays.session.stacks.frames(sid))
+
+
+def function_label(frame: FrameInfo) -> str:
+    """How a function is shown in tables: its name, and the module (native) or file (runtime) it is in."""
+    where = frame.module or frame.file
+    if not where or frame.name == where or frame.name.startswith(f"{where}+0x"):  # (an unnamed address)
+        return frame.name
+    return f"{frame.name} ({where})"

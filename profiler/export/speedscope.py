@@ -98,12 +98,12 @@ class SpeedscopeExporter:
             new = [sid for sid in per if sid not in rows_of]
             for sid, shown in zip(new, displays.many(new)):
                 rows_of[sid] = ([rank[d] for d in shown], shared.indices(shown))
-            rows = [(rows_of[sid], n * seconds_per_sample) for sid, n in per.items() if rows_of[sid][0]]
+            rows = [(*rows_of[sid], n * seconds_per_sample) for sid, n in per.items() if rows_of[sid][0]]
             if not rows:
                 continue
-            rows.sort(key=lambda row: row[0][0])
-            samples = [row[0][1] for row in rows]
-            weights = [row[1] for row in rows]
+            rows.sort(key=lambda row: row[0])
+            samples = [row[1] for row in rows]
+            weights = [row[2] for row in rows]
             t = session.threads[thread]
             name = f"{t.name} (tid {t.tid})"
             if t.pid in processes:

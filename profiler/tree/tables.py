@@ -113,16 +113,13 @@ class StackTable:
     def __len__(self) -> int:
         return self._cols.size
 
-    def _ids(self) -> dict[tuple[int, int], int]:
-        if self._index is None:
-            cols = self.columns()
-            self._index = {key: sid for sid, key in enumerate(zip(cols["parent"].tolist(), cols["frame"].tolist()))}
-        return self._index
-
     def intern(self, frame_ids: Sequence[int]) -> int:
         """Id of the stack whose frames, outermost first, are ``frame_ids``; -1 for the empty stack."""
         sid = -1
-        ids = self._index if self._index is not None else self._ids()
+        ids = self._index
+        if ids is None:
+            cols = self.columns()
+            ids = self._index = {key: i for i, key in enumerate(zip(cols["parent"].tolist(), cols["frame"].tolist()))}
         for fid in frame_ids:
             node = ids.get((sid, fid))
             if node is None:

@@ -7,6 +7,7 @@ stack id. Memory grows with the number of *distinct* frames and stacks, never wi
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +16,9 @@ from profiler.model import FrameKind
 
 #: a frame's identity: (kind, module or agent index, address or code key, offset)
 FrameKey = tuple[int, int, int, int]
+#: ``StackTable``'s child column: a node without children, and one whose children are in its dict
+NO_CHILD = -1
+MANY_CHILDREN = -2
 
 
 class _Columns:
@@ -101,37 +105,89 @@ class FrameTable:
 
 
 class StackTable:
-    """The prefix tree: stack id -> (parent stack id or -1, frame id). Stacks are read root first."""
+    """The prefix tree: stack id -> (parent stack id or -1, frame id). Stacks are read root first.
+
+    Interning walks the tree from the root, one child lookup per frame. The lookup is kept as small as a
+    node: most nodes of a profile's tree have one child (the frames of a call chain below the point where
+    it leaves every other stack), so each node notes its only child in a column, and only the children of
+    a node with two or more, and of the root, are found through a dict. A dict keyed by (parent, frame)
+    for every node held ~180 bytes a node (the tuple, its ints and the entry), where the columns hold 12:
+    recording a program that calls through a random graph of 50 functions at 1 kHz for 60 s (2.2 million
+    nodes), nprof's memory rose to 423 MiB with the dict and 158 MiB without (``benchmarks/bench_memory.py``).
+    """
 
     def __init__(self) -> None:
-        #: (parent, frame) -> stack id, for interning; built on first use for a loaded table: a report only
-        #: reads the tree, and this dict (~180 bytes a node) made loading a session of 7 million nodes take
-        #: 5 s and 1.2 GB before anything was rendered
-        self._index: dict[tuple[int, int], int] | None = {}
-        self._cols = _Columns({"parent": "i4", "frame": "i4"})
+        #: the columns: arrays that grow by ``intern``, or a loaded table's numpy columns until its first
+        #: ``intern`` (a report only reads the tree: it needs neither a second copy nor the index)
+        self._parent: array[int] | np.ndarray = array("i")
+        self._frame: array[int] | np.ndarray = array("i")
+        #: per node: its only child, ``NO_CHILD``, or ``MANY_CHILDREN`` (then its children are in
+        #: ``_children``). None for a loaded table until its first ``intern``
+        self._child: array[int] | None = array("i")
+        self._roots: dict[int, int] = {}  #: frame id -> the node of the one-frame stack
+        self._children: dict[int, int] = {}  #: ``node << 32 | frame`` -> child, for nodes of many children
 
     def __len__(self) -> int:
-        return self._cols.size
+        return len(self._parent)
 
     def intern(self, frame_ids: Sequence[int]) -> int:
         """Id of the stack whose frames, outermost first, are ``frame_ids``; -1 for the empty stack."""
+        child = self._child
+        if child is None:
+            child = self._child = self._index()  # type: ignore[assignment]
+        frame, children = self._frame, self._children
         sid = -1
-        ids = self._index
-        if ids is None:
-            cols = self.columns()
-            ids = self._index = {key: i for i, key in enumerate(zip(cols["parent"].tolist(), cols["frame"].tolist()))}
         for fid in frame_ids:
-            node = ids.get((sid, fid))
-            if node is None:
-                node = self._cols.append(sid, fid)
-                ids[(sid, fid)] = node
+            if sid < 0:
+                node = self._roots.get(fid)
+                if node is None:
+                    node = self._roots[fid] = self._add(-1, fid)
+            else:
+                only = child[sid]
+                if only >= 0 and frame[only] == fid:
+                    node = only
+                elif only == MANY_CHILDREN:
+                    node = children.get(sid << 32 | fid)  # type: ignore[assignment]
+                    if node is None:
+                        node = children[sid << 32 | fid] = self._add(sid, fid)
+                elif only == NO_CHILD:
+                    node = child[sid] = self._add(sid, fid)
+                else:  # a second child: the node's children move to the dict
+                    children[sid << 32 | frame[only]] = only
+                    child[sid] = MANY_CHILDREN
+                    node = children[sid << 32 | fid] = self._add(sid, fid)
             sid = node
         return sid
 
+    def _add(self, parent: int, fid: int) -> int:
+        node = len(self._parent)
+        self._parent.append(parent)
+        self._frame.append(fid)
+        self._child.append(NO_CHILD)  # type: ignore[union-attr]
+        return node
+
+    def _index(self) -> array[int]:
+        """The child column and the dicts of a loaded table, from its columns, which become arrays."""
+        parent, frame = self._parent, self._frame
+        assert isinstance(parent, np.ndarray) and isinstance(frame, np.ndarray)
+        self._parent, self._frame = array("i", parent.tobytes()), array("i", frame.tobytes())
+        nodes = np.arange(len(parent), dtype=np.int32)
+        inner = parent >= 0
+        counts = np.bincount(parent[inner], minlength=len(parent))
+        child = np.full(len(parent), NO_CHILD, dtype=np.int32)
+        only = inner.copy()
+        only[inner] = counts[parent[inner]] == 1
+        child[parent[only]] = nodes[only]
+        child[counts >= 2] = MANY_CHILDREN
+        many = inner & ~only
+        keys = (parent[many].astype(np.int64) << 32) | frame[many]
+        self._children = dict(zip(keys.tolist(), nodes[many].tolist()))
+        self._roots = dict(zip(frame[~inner].tolist(), nodes[~inner].tolist()))
+        return array("i", child.tobytes())
+
     def frames(self, sid: int) -> list[int]:
         """Frame ids of stack ``sid``, outermost first."""
-        parent = self._cols.column("parent")
-        frame = self._cols.column("frame")
+        parent, frame = self._parent, self._frame
         out = []
         while sid >= 0:
             out.append(int(frame[sid]))
@@ -140,11 +196,19 @@ class StackTable:
         return out
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {"parent": self._cols.column("parent"), "frame": self._cols.column("frame")}
+        """The tree as numpy columns (copies, but for a loaded table not interned into: a view would keep
+        the arrays from growing)."""
+        if isinstance(self._parent, np.ndarray):
+            return {"parent": self._parent, "frame": self._frame}  # type: ignore[dict-item]
+        return {
+            "parent": np.frombuffer(self._parent, dtype=np.int32).copy(),
+            "frame": np.frombuffer(self._frame, dtype=np.int32).copy(),
+        }
 
     @classmethod
     def from_columns(cls, columns: dict[str, np.ndarray]) -> StackTable:
         table = cls()
-        table._cols.load(columns)
-        table._index = None
+        table._parent = np.ascontiguousarray(columns["parent"], dtype=np.int32)
+        table._frame = np.ascontiguousarray(columns["frame"], dtype=np.int32)
+        table._child = None
         return table

@@ -10,7 +10,7 @@ What the caller's register set holds (DWARF 5 section 6.4.1, System V x86-64 psA
 * rsp is the CFA, by definition of the CFA;
 * rip is the return address (or, below a signal frame, the interrupted pc);
 * callee-saved registers (rbx, rbp, r12-r15) are the same as in this frame unless a rule says where
-  they were saved;
+  they were saved (and unknown where the unwinder chose not to read them: ``UnwindRule.forgotten``);
 * caller-saved registers are unknown (``None``) unless a rule restores them, as a signal frame does.
 
 The ``FAST`` path covers the rows compilers emit in function bodies in a few hundred nanoseconds; every
@@ -41,7 +41,7 @@ Registers = list  # list[int | None], indexed by DWARF register number
 
 def step_cfi(rule: UnwindRule, regs: Registers, window: StackWindow) -> Registers | StopReason:
     """The caller's registers, or why this frame cannot be unwound."""
-    kind, cfa_reg, cfa_off, ra_off, saved, _signal, _cfa, _registers = rule
+    kind, cfa_reg, cfa_off, ra_off, saved, _signal, _cfa, _registers, forgotten = rule
     if kind == FAST:
         base = regs[cfa_reg]
         if base is None:
@@ -55,6 +55,8 @@ def step_cfi(rule: UnwindRule, regs: Registers, window: StackWindow) -> Register
                   None, None, None, None, regs[12], regs[13], regs[14], regs[15], ra]  # fmt: skip
         for reg, off in saved:
             caller[reg] = read(cfa + off)
+        for reg in forgotten:  # saved here, and never used: not worth a read
+            caller[reg] = None
         return caller
     if kind == END:
         return StopReason.END_OF_STACK

@@ -32,7 +32,7 @@ from collections.abc import Hashable
 
 from profiler.binary.cfi import UnwindRule
 from profiler.binary.objfile import ObjectFile
-from profiler.binary.cfi.rules import REGISTER
+from profiler.binary.cfi.rules import FAST, REGISTER, registers_used
 from profiler.binary.prologue import FRAME_SET
 from profiler.model import (
     DW_RA,
@@ -56,6 +56,13 @@ from profiler.unwind.trampolines import rule_before
 MIN_PC = 0x1000
 #: per-pc memo entries kept before the memo is cleared (a bound on memory)
 MAX_MEMO = 1 << 18
+#: the registers a walk keeps in every frame before any rule that uses another was met: rsp (the CFA) and
+#: the return address, and of the callee-saved ones only rbp, read off the stack where a frame saved it
+#: (frame-pointer steps and realigned frames' CFA expressions use it). Compilers save rbx and r12-r15 in
+#: most frames and base no CFA on them, and each word read costs a walk ~0.3 us
+KEPT_FROM_START = frozenset({DW_RSP, DW_RA, DW_RBP})
+#: every register, for a rule whose expression could not be decoded
+_ALL_REGISTERS = frozenset(range(NUM_DWARF_REGS))
 
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
 #: why a walk fails when the words it needs are not in the copy
@@ -87,6 +94,12 @@ class NativeUnwinder:
     hit instead of a module search and a table lookup. It is emptied whenever the address space's
     executable ranges change (``AddressSpace.generation``: ``dlopen``, ``dlclose``, a library replaced at
     the same address).
+
+    A frame's saved callee-saved registers are read only if some rule met so far uses them
+    (``KEPT_FROM_START`` and ``_admit``): the rules a walk memoizes keep only those in their ``saved``. A
+    rule, or a prologue's frame, that uses a register not kept yet adds it and has the walk start over
+    (once per register and process), with the memo emptied, so a walk's frames never depend on what was
+    left out.
     """
 
     def __init__(self, space: AddressSpace, max_frames: int = 2048) -> None:
@@ -101,6 +114,8 @@ class NativeUnwinder:
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
         #: thread -> its last walk, least recently walked first (at most ``reuse.MAX_LOGS``)
         self._logs: dict[Hashable, WalkLog] = {}
+        self._kept: frozenset[int] = KEPT_FROM_START  #: registers read where saved (``_admit``)
+        self._kept_grew = False  #: ``_kept`` grew during this walk: it starts over
 
     def unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -108,6 +123,16 @@ class NativeUnwinder:
         outer frames of the thread's previous walk where they still hold (``reuse.py``), and is kept for its
         next."""
         regs = list(regs[:NUM_DWARF_REGS]) + [None] * (NUM_DWARF_REGS - len(regs))
+        while True:
+            stack = self._unwind(regs, window, thread)
+            if not self._kept_grew:
+                return stack
+            self._kept_grew = False  # walk again, reading the register a rule was found to use
+            self._memo.clear()
+            self._entered.clear()
+            self._logs.clear()
+
+    def _unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None) -> UnwoundStack:
         memo = self._memo
         generation = self.space.generation
         if generation != self._memo_generation or len(memo) + len(self._entered) >= MAX_MEMO:
@@ -160,6 +185,8 @@ class NativeUnwinder:
             hit = memo.get(lookup)
             if hit is None:
                 hit = self._resolve(lookup, method in _CODE_PCS)
+                if self._kept_grew:
+                    return UnwoundStack(frames, StopReason.BAD_FRAME)  # (walked again: ``unwind``)
             rule: UnwindRule | None = None
             entry: ModuleEntry | None = None
             if hit is None:
@@ -173,7 +200,9 @@ class NativeUnwinder:
                 if rule is None and not exact and entry.obj is not None:
                     entered = self._entered
                     if pc not in entered:
-                        entered[pc] = _entered_at_start(entry.obj, pc - bias)
+                        entered[pc] = self._admit(_entered_at_start(entry.obj, pc - bias))
+                        if self._kept_grew:
+                            return UnwoundStack(frames, StopReason.BAD_FRAME)
                     rule = entered[pc]
                     if rule is not None:
                         lookup = pc
@@ -187,6 +216,8 @@ class NativeUnwinder:
             else:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
+                if self._kept_grew:
+                    return UnwoundStack(frames, StopReason.BAD_FRAME)
             if caller.__class__ is StopReason:
                 if caller in _LOST_STACK and not window.contains(sp) and _past_signal(frames):
                     # on another stack than the one copied: --stack-bytes would not help
@@ -236,9 +267,32 @@ class NativeUnwinder:
             rule = entry.obj.unwind_rule(avma - bias)
         else:  # file-less: no table, but a trampoline's fixed frame (read from the target once per address)
             rule = rule_before(self.space.process.read, avma)
-        resolved = (entry.module.id, bias, rule, entry)
+        resolved = (entry.module.id, bias, self._admit(rule), entry)
         self._memo[avma] = resolved
         return resolved
+
+    def _admit(self, rule: UnwindRule | None) -> UnwindRule | None:
+        """``rule`` as the walks keep it: its ``saved`` registers cut to those some rule uses (``_kept``), the
+        others ``forgotten`` (unknown in the caller); ``_kept`` grows by the registers ``rule`` uses."""
+        if rule is None:
+            return None
+        used = registers_used(rule)
+        if used is None or not used <= self._kept:
+            self._keep(_ALL_REGISTERS if used is None else used)
+        if rule.kind == FAST and rule.saved:
+            kept = tuple(saved for saved in rule.saved if saved[0] in self._kept)
+            if len(kept) != len(rule.saved):
+                forgotten = tuple(reg for reg, _offset in rule.saved if reg not in self._kept)
+                rule = rule._replace(saved=kept, forgotten=forgotten)
+        return rule
+
+    def _keep(self, registers: frozenset[int]) -> None:
+        """Read ``registers`` where frames saved them from now on; the walk in progress, which may have
+        left them out of its callers' registers, starts over (``unwind``)."""
+        grown = self._kept | registers
+        if grown != self._kept:
+            self._kept = grown
+            self._kept_grew = True
 
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
@@ -253,6 +307,8 @@ class NativeUnwinder:
         method = UnwindMethod.FRAME_POINTER
         step: StepResult
         state = entry.obj.frame_state(lookup - entry.module.bias) if entry and entry.obj else None
+        if state is not None and state.base is not None and not innermost and state.base not in self._kept:
+            self._keep(frozenset((state.base,)))  # a caller frame addressed from a saved register's copy
         if innermost or (state is not None and state.ra_offset != FRAME_SET):
             base = sp if state is None or state.base is None else regs[state.base]
             step = step_first(state, base, bp, window) if base is not None else StopReason.BAD_FRAME

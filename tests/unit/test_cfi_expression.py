@@ -1,11 +1,24 @@
 """DWARF expressions as CFI uses them (DWARF 5 section 2.5; issue 3): the PLT's CFA, stack realignment,
-and every operation class, over registers and a word reader only."""
+and every operation class, over registers and a word reader only; and the registers an expression or a
+compiled rule reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from profiler.binary.cfi.expression import Unrecoverable, evaluate
+from profiler.binary.cfi import UnwindRule
+from profiler.binary.cfi.expression import Unrecoverable, evaluate, registers_read
+from profiler.binary.cfi.rules import (
+    CFA_EXPRESSION,
+    CFA_REGISTER,
+    EXPRESSION,
+    FAST,
+    GENERIC,
+    OFFSET,
+    REGISTER,
+    SAME_VALUE,
+    registers_used,
+)
 from profiler.errors import BinaryError
 from profiler.model import DW_RA, DW_RBP, DW_RSP, NUM_DWARF_REGS
 from tests.support.cfi_builder import sleb, uleb
@@ -122,3 +135,30 @@ def test_unknown_register_or_memory_is_unrecoverable() -> None:
 def test_malformed_expressions_raise_binary_error(expr: bytes) -> None:
     with pytest.raises(BinaryError):
         evaluate(expr, regs(rsp=0x1000), no_memory)
+
+
+@pytest.mark.parametrize(
+    ("expr", "read"),
+    [
+        (PLT_CFA, {DW_RSP, DW_RA}),
+        (bytes([0x76]) + sleb(-8) + b"\x06", {DW_RBP}),  # stack realignment
+        (b"\x92" + uleb(3) + sleb(16), {3}),  # DW_OP_bregx rbx 16
+        # operands that hold a breg's byte are skipped: DW_OP_const1u 0x73; DW_OP_constu 0x73; DW_OP_skip +0
+        (b"\x08\x73" + b"\x10" + uleb(0x73) + b"\x2f\x00\x00", set()),
+        (b"\x2f\x01\x00\x75\x00", {5}),  # a branch does not hide what it jumps over
+        (b"\xff", None),  # an unknown operation: may read anything
+        (b"\x77", None),  # truncated
+    ],
+)
+def test_registers_an_expression_reads(expr: bytes, read: set[int] | None) -> None:
+    assert registers_read(expr) == (None if read is None else frozenset(read))
+
+
+def test_registers_a_rule_uses() -> None:
+    """The CFA's base, registers copied or kept, and those expressions read; not the words at CFA + N."""
+    fast = UnwindRule(FAST, DW_RBP, 16, -8, ((3, -24),), False, (CFA_REGISTER, DW_RBP, 16), ())
+    assert registers_used(fast) == {DW_RBP}
+    generic = UnwindRule(GENERIC, 0, 0, 0, (), False, (CFA_EXPRESSION, 0, PLT_CFA),
+                         ((12, REGISTER, 5), (13, SAME_VALUE, 0), (14, OFFSET, -16)))  # fmt: skip
+    assert registers_used(generic) == {DW_RSP, DW_RA, 5, 13}
+    assert registers_used(generic._replace(registers=((3, EXPRESSION, b"\xff"),))) is None

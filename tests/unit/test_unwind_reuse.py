@@ -2,17 +2,22 @@
 frames and stop reason a walk from scratch gives, whatever changed in between: over the fake process of
 ``test_cfi_unwind`` (CFI, frame-pointer and signal frames), case by case and over random changes.
 
-Whether frames were taken over is seen from outside: taken-over frames are the previous walk's objects."""
+Whether frames were taken over is seen from outside: taken-over frames are the previous walk's objects.
+
+Also here: walks that read only the saved registers some rule uses give the frames of walks that read them
+all (``policy.KEPT_FROM_START``), and a rule that uses one left out until then has the walk start over."""
 
 from __future__ import annotations
 
 import random
 
-from profiler.model import DW_RSP, StopReason, UnwoundStack
+from profiler.model import DW_RBP, DW_RBX, DW_RSP, StopReason, UnwoundStack
 from profiler.unwind import policy
 from profiler.unwind.policy import NativeUnwinder
 from profiler.unwind.stack import StackWindow
-from tests.unit.test_cfi_unwind import STACK, FakeSpace, mixed_stack, registers
+from profiler.unwind.address_space import ModuleEntry
+from tests.support.cfi_builder import CfiBuilder, advance_loc, def_cfa, def_cfa_offset, offset
+from tests.unit.test_cfi_unwind import GCC_CIE, STACK, FakeObject, FakeSpace, Stack, mixed_stack, registers
 
 SPIN_PC = 0x1010  # in spin, a leaf called by c (mixed_stack)
 SPIN_PC_2 = 0x1020
@@ -85,6 +90,7 @@ def test_a_different_callee_saved_register_is_a_different_state() -> None:
     second = unwinder.unwind(spin_regs(rbx=2), mixed_stack().window(), THREAD)
     assert same(second, fresh(space, spin_regs(rbx=2), mixed_stack().window()))
     assert second.frames[0] is not first.frames[0]
+    assert taken(second, first) >= 2  # c's caller's states match: rbx, saved by c and used by no rule, unknown
 
 
 def test_copies_that_start_or_end_elsewhere() -> None:
@@ -229,3 +235,78 @@ def test_only_the_most_recently_walked_threads_keep_their_walk(monkeypatch) -> N
     for thread, kept in ((0, True), (2, True), (1, False)):
         out = unwinder.unwind(spin_regs(), mixed_stack().window(), thread)
         assert (taken(out, last[thread]) >= 2) is kept, thread
+
+
+def test_leaving_out_unused_saved_registers_never_changes_the_result(monkeypatch) -> None:
+    """Walks that read only the saved registers some rule uses (``policy.KEPT_FROM_START``, then what rules
+    met add) give the frames of walks that read every saved register, over the random changes above."""
+    rng = random.Random(99)
+    space = FakeSpace()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    monkeypatch.setattr(policy, "KEPT_FROM_START", policy._ALL_REGISTERS)
+    every = NativeUnwinder(space)  # type: ignore[arg-type]
+    stack, start = mixed_stack(), STARTS[0]
+    for _ in range(500):
+        if rng.random() < 0.6:
+            stack.put(STACK + 8 * rng.randrange(0x80 // 8), rng.choice(WORDS))
+        else:
+            start = rng.choice(STARTS)
+        rip, rsp, rbp = start
+        regs = registers(rip=rip, rsp=rsp, rbp=rbp, rbx=rng.choice([0xAAA, 0xB0B]))
+        window = stack.window()
+        assert same(unwinder.unwind(regs, window, THREAD), every.unwind(regs, window)), start
+
+
+class RbxFrameSpace(FakeSpace):
+    """leaf <- saver (push rbx: rbx at cfa-16) <- user (CFA = rbx + 16, as hand-written code may define it)
+    <- _start: user's CFA is found only from the rbx that saver saved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        b = CfiBuilder()
+        cie = b.cie(GCC_CIE)
+        b.fde(cie, 0x1000, 0x40, b"")  # leaf
+        b.fde(cie, 0x1100, 0x100, advance_loc(1) + def_cfa_offset(16) + offset(DW_RBX, 2))  # saver
+        b.fde(cie, 0x1200, 0x100, def_cfa(DW_RBX, 16))  # user
+        b.fde(cie, 0x1300, 0x20, b"\x07\x10")  # _start: DW_CFA_undefined rip
+        self.entries[0] = ModuleEntry(0x1000, 0x4000, self.modules[0], FakeObject(b.table(hdr_svma=0x800)))
+
+
+def test_a_rule_based_on_a_register_left_out_until_then_has_the_walk_start_over() -> None:
+    s = Stack()
+    s.put(STACK + 0x00, 0x1150)  # leaf's return address: into saver
+    s.put(STACK + 0x08, STACK + 0x40)  # saver saved rbx (user's, its CFA - 16)
+    s.put(STACK + 0x10, 0x1250)  # saver's return address: into user
+    s.put(STACK + 0x48, 0x1310)  # user's return address (at rbx + 8): into _start
+    unwinder = NativeUnwinder(RbxFrameSpace())  # type: ignore[arg-type]
+    regs = registers(rip=0x1010, rsp=STACK, rbx=0x1)
+    for _ in range(2):  # the first walk starts over once rbx is found to be used; the second keeps it
+        out = unwinder.unwind(regs, s.window(), THREAD)
+        assert [f.rel for f in out.frames] == [0x1010, 0x114F, 0x124F, 0x130F]
+        assert out.stop == StopReason.END_OF_STACK
+
+
+class RbpFrameSpace(FakeSpace):
+    """leaf <- saver (push rbp: rbp at cfa-16) <- jit code (frame pointers) <- _start: the jit frame's caller
+    is found from the rbp that saver saved, which no CFI rule uses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        b = CfiBuilder()
+        cie = b.cie(GCC_CIE)
+        b.fde(cie, 0x1000, 0x40, b"")  # leaf
+        b.fde(cie, 0x1100, 0x100, advance_loc(1) + def_cfa_offset(16) + offset(DW_RBP, 2))  # saver
+        b.fde(cie, 0x1300, 0x20, b"\x07\x10")  # _start: DW_CFA_undefined rip
+        self.entries[0] = ModuleEntry(0x1000, 0x4000, self.modules[0], FakeObject(b.table(hdr_svma=0x800)))
+
+
+def test_a_saved_rbp_is_read_for_the_frame_pointer_frames_above() -> None:
+    s = Stack()
+    s.put(STACK + 0x00, 0x1150)  # leaf's return address: into saver
+    s.put(STACK + 0x08, STACK + 0x40)  # saver saved rbp: the jit frame's
+    s.put(STACK + 0x10, 0x5020)  # saver's return address: into the jit code
+    s.put(STACK + 0x40, 0)  # jit frame: [rbp] = caller's rbp (the outermost)
+    s.put(STACK + 0x48, 0x1310)  # jit frame: [rbp+8] = return address into _start
+    out = NativeUnwinder(RbpFrameSpace()).unwind(registers(rip=0x1010, rsp=STACK, rbp=0x1), s.window(), THREAD)
+    assert [f.rel for f in out.frames] == [0x1010, 0x114F, 0x501F, 0x130F]
+    assert out.stop == StopReason.END_OF_STACK

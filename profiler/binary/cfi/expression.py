@@ -161,6 +161,46 @@ def _other(op: int, r: ByteReader, stack: list[int], read_word: WordReader) -> N
         raise BinaryError(f"DWARF expression: unsupported operation {op:#04x}")
 
 
+#: operations without operands that read no register (literals, arithmetic, stack manipulation, deref)
+_NO_OPERANDS = frozenset(
+    {DW_OP_deref, DW_OP_dup, DW_OP_drop, DW_OP_over, DW_OP_swap, DW_OP_rot, DW_OP_abs, DW_OP_neg, DW_OP_not,
+     DW_OP_div, DW_OP_mod, DW_OP_nop, *_BINARY, *range(DW_OP_lit0, DW_OP_lit0 + 32)}
+)  # fmt: skip
+
+
+def registers_read(expr: bytes) -> frozenset[int] | None:
+    """The registers ``expr`` reads (its ``DW_OP_breg`` operations), whichever way its branches go; None
+    if it cannot be decoded (the unwinder then assumes it may read any)."""
+    r = ByteReader(expr, what="DWARF expression")
+    regs: set[int] = set()
+    try:
+        while r.pos < r.end:
+            op = r.u8()
+            if DW_OP_breg0 <= op < DW_OP_breg0 + 32:
+                regs.add(op - DW_OP_breg0)
+                r.sleb128()
+            elif op == DW_OP_bregx:
+                regs.add(r.uleb128())
+                r.sleb128()
+            elif op in _CONST_SIZES:
+                r.bytes(_CONST_SIZES[op][0])
+            elif op in (DW_OP_constu, DW_OP_plus_uconst):
+                r.uleb128()
+            elif op == DW_OP_consts:
+                r.sleb128()
+            elif op == DW_OP_addr:
+                r.u64()
+            elif op in (DW_OP_pick, DW_OP_deref_size):
+                r.u8()
+            elif op in (DW_OP_skip, DW_OP_bra):
+                r.bytes(2)
+            elif op not in _NO_OPERANDS:
+                return None
+    except BinaryError:
+        return None
+    return frozenset(regs)
+
+
 def _pop(stack: list[int]) -> int:
     if not stack:
         raise BinaryError("DWARF expression: stack underflow")

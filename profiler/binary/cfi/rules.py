@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from profiler.binary.cfi.expression import registers_read
 from profiler.model import DW_R12, DW_R13, DW_R14, DW_R15, DW_RA, DW_RBP, DW_RBX, NUM_DWARF_REGS
 
 
@@ -90,6 +91,9 @@ class UnwindRule(NamedTuple):
     signal: bool  #: the FDE's CIE has the 'S' augmentation: the caller's pc is exact, not a return address
     cfa: CfaRule  #: the full CFA rule (GENERIC)
     registers: tuple[tuple[int, int, int | bytes], ...]  #: (register, kind, argument) (GENERIC)
+    #: callee-saved registers this frame saved that the unwinder does not read (FAST): unknown in the
+    #: caller, as no rule met uses them (``unwind/policy.py``, ``NativeUnwinder._admit``)
+    forgotten: tuple[int, ...] = ()
 
 
 def classify(cfa_kind: int, cfa_reg: int, ra_kind: int | None, others: dict[int, int], signal: bool) -> int:
@@ -120,3 +124,32 @@ def compile_rule(row: Row, signal: bool) -> UnwindRule:
         return UnwindRule(kind, 0, 0, 0, (), signal, row.cfa, listed)
     saved = tuple((r, int(arg)) for r, (k, arg) in sorted(regs.items()) if k == OFFSET)
     return UnwindRule(FAST, cfa_reg, int(cfa_arg), int(ra[1]), saved, signal, row.cfa, listed)
+
+
+def registers_used(rule: UnwindRule) -> frozenset[int] | None:
+    """The registers of the frame that ``rule`` reads to find the caller's (the CFA's base, registers its
+    expressions read, registers copied), besides the words it reads at CFA + N; None if it may read any
+    (an expression that cannot be decoded). The unwinder reads a saved register off the stack only once
+    a rule that uses it was met (``unwind/policy.py``)."""
+    if rule.kind == FAST:
+        return frozenset((rule.cfa_register,))
+    if rule.kind == END:
+        return frozenset()
+    used: set[int] = set()
+    cfa_kind, cfa_reg, cfa_arg = rule.cfa
+    expressions = [bytes(cfa_arg)] if cfa_kind == CFA_EXPRESSION else []  # type: ignore[arg-type]
+    if cfa_kind == CFA_REGISTER:
+        used.add(cfa_reg)
+    for reg, kind, arg in rule.registers:
+        if kind == REGISTER:
+            used.add(arg)  # type: ignore[arg-type]
+        elif kind == SAME_VALUE:
+            used.add(reg)
+        elif kind in EXPRESSION_KINDS:
+            expressions.append(arg)  # type: ignore[arg-type]
+    for expr in expressions:
+        read = registers_read(expr)
+        if read is None:
+            return None
+        used |= read
+    return frozenset(used)

@@ -143,11 +143,16 @@ class NativeUnwinder:
         prev = logs.pop(thread, None) if thread is not None else None
         if thread is None or not loggable(window):
             return self._walk(regs, window, [], None, None)
+        if prev is not None and prev.paused:  # its take-overs stopped paying (``reuse.MISSES_BEFORE_PAUSE``)
+            prev.paused -= 1
+            logs[thread] = prev  # kept, the most recently walked: a later walk may still take it over
+            return self._walk(regs, window, [], None, None)
         log = WalkLog(generation, window.end)
         previous = Previous(prev) if prev is not None and prev.generation == generation else None
         scanned = self.frames_scanned
         stack = self._walk(regs, LoggedWindow(window, log), log.frames, log, previous)
         log.scanned = self.frames_scanned != scanned
+        log.judge(previous, len(stack.frames))
         # the most recently walked last; one begun before the code mapped changed is never taken over
         logs[thread] = log
         if len(logs) > MAX_LOGS:
@@ -252,6 +257,7 @@ class NativeUnwinder:
         ):
             return False
         log.take(prev, j)
+        previous.taken = last - j
         if prev.scanned:
             self.frames_scanned += sum(1 for f in prev.frames[j:last] if f.method is UnwindMethod.SCAN)
         return True

@@ -16,6 +16,9 @@ addresses do not.
 
 The previous walk's last iteration, the one that ended it, is not reused but run again: it may have
 stopped at the end of a window that this copy extends, or at a depth limit this walk reaches later.
+
+Logging costs a walk that takes little over: a thread whose walks keep taking over less than they walk
+(``MISSES_BEFORE_PAUSE``) makes its next ``PAUSED_WALKS`` without a log, then tries again.
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ WalkState = tuple[list, object, bool]
 #: take-overs tried per walk: each that fails costs a pass over reads up to the first changed one, and one
 #: fails only when a word changed without changing the state after it (a stack scan passing over it)
 MAX_ATTEMPTS = 3
+#: logged walks in a row that took over less than they walked, after which a thread's walks are made without a
+#: log (``PAUSED_WALKS`` of them): a thread whose stack changes all the way down between samples (random call
+#: paths, a recursion of varying shape) gains little from taking over, and logging every word its walks read
+#: cost them ~10% (recording ``benchmarks/c/random_paths.c``: 199-201 us of CPU per sample logged, 173-184
+#: without). Not 4: ``gaps_target`` (40 frames, 82% of them taken over) has ~16% of walks that take little
+#: over, and 4 in a row paused it 8 times in 2 s at 1 kHz
+MISSES_BEFORE_PAUSE = 8
+#: walks made without a log once a thread's take-overs stopped paying; then it logs again, to find out
+PAUSED_WALKS = 32
 #: threads of one process whose last walk is kept for the next to take over; the least recently walked are
 #: forgotten beyond it (an exited thread's among them). A walk of a 34-frame C stack keeps ~26 KB (its
 #: states, reads and frames, measured with tracemalloc), so a server with thousands of threads stays
@@ -80,7 +92,8 @@ class WalkLog:
     from and its stack pointer, where its reads start in the log, the log (``LoggedWindow``), the frames
     (the list the walk returned: nobody changes it), and the ``AddressSpace.generation`` it was made in."""
 
-    __slots__ = ("generation", "end", "states", "sps", "marks", "offsets", "values", "frames", "scanned")
+    __slots__ = ("generation", "end", "states", "sps", "marks", "offsets", "values", "frames", "scanned", "misses",
+                 "paused")  # fmt: skip
 
     def __init__(self, generation: int, end: int) -> None:
         self.generation = generation
@@ -92,6 +105,17 @@ class WalkLog:
         self.values: list[int | None] = []
         self.frames: list[NativeFrame] = []
         self.scanned = False  #: a frame was found by a stack scan (the session counts them per sample)
+        self.misses = 0  #: logged walks in a row, this one included, that took over less than they walked
+        self.paused = 0  #: walks of the thread still to be made without a log (``PAUSED_WALKS``)
+
+    def judge(self, previous: Previous | None, frames: int) -> None:
+        """Note whether this walk of ``frames`` frames took over more of ``previous`` than it walked; after
+        ``MISSES_BEFORE_PAUSE`` walks in a row that did not, the thread's next walks are not logged."""
+        if previous is None:
+            return
+        self.misses = 0 if 2 * previous.taken >= frames else previous.log.misses + 1
+        if self.misses >= MISSES_BEFORE_PAUSE:
+            self.misses, self.paused = 0, PAUSED_WALKS
 
     def note(self, state: WalkState, sp: int) -> None:
         """An iteration starts at ``state``; its reads will follow those logged so far."""
@@ -150,12 +174,13 @@ def _word(words: memoryview, index: int) -> int | None:
 class Previous:
     """The previous walk as the walk in progress looks for a state to take it over at."""
 
-    __slots__ = ("log", "cursor", "attempts")
+    __slots__ = ("log", "cursor", "attempts", "taken")
 
     def __init__(self, log: WalkLog) -> None:
         self.log = log
         self.cursor = 0  #: the previous walk's first iteration not yet passed by this one's stack pointer
         self.attempts = 0  #: take-overs tried (``MAX_ATTEMPTS``)
+        self.taken = 0  #: frames taken over from it
 
     def find(self, sp: int) -> int | None:
         """The previous walk's iteration, not its last, that started at stack pointer ``sp``, while

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from profiler.model import DW_RBP, DW_RBX, DW_RSP, StopReason, UnwoundStack
-from profiler.unwind import policy
+from profiler.unwind import policy, reuse
 from profiler.unwind.policy import NativeUnwinder
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.address_space import ModuleEntry
@@ -181,9 +183,13 @@ STARTS = [  # (rip, rsp, rbp): stops in spin, c, the jit code and main
 ]  # fmt: skip
 
 
-def test_random_changes_never_change_the_result() -> None:
+@pytest.mark.parametrize("pausing", [False, True])
+def test_random_changes_never_change_the_result(monkeypatch, pausing: bool) -> None:
     """2000 walks of one thread, each after a random change: a word of the stack rewritten, another stop,
-    a copy cut elsewhere, the maps read again. Each equals a walk from scratch."""
+    a copy cut elsewhere, the maps read again. Each equals a walk from scratch. Without pauses in the
+    logging (``reuse.MISSES_BEFORE_PAUSE``) the take-over is tried, and happens, often."""
+    if not pausing:
+        monkeypatch.setattr(reuse, "MISSES_BEFORE_PAUSE", 1 << 30)
     rng = random.Random(1234)
     space = FakeSpace()
     unwinder = NativeUnwinder(space, max_frames=rng.choice([3, 5, 2048]))  # type: ignore[arg-type]
@@ -211,7 +217,7 @@ def test_random_changes_never_change_the_result() -> None:
         assert same(out, expect), (start, lo, hi)
         took += before is not None and taken(out, before) > 0
         before = out
-    assert took > 200  # the take-over was tried, and happened, often
+    assert took > (100 if pausing else 200)
 
 
 def test_a_window_not_aligned_to_words_is_walked_whole_and_not_kept() -> None:
@@ -310,3 +316,26 @@ def test_a_saved_rbp_is_read_for_the_frame_pointer_frames_above() -> None:
     out = NativeUnwinder(RbpFrameSpace()).unwind(registers(rip=0x1010, rsp=STACK, rbp=0x1), s.window(), THREAD)
     assert [f.rel for f in out.frames] == [0x1010, 0x114F, 0x501F, 0x130F]
     assert out.stop == StopReason.END_OF_STACK
+
+
+def test_a_thread_whose_walks_take_nothing_over_pauses_its_logs(monkeypatch) -> None:
+    """Walks of two stacks that differ in main's return address, in turn, take nothing over: after
+    ``MISSES_BEFORE_PAUSE`` of them the next ``PAUSED_WALKS`` are made without a log, so even a walk of the
+    stack walked just before takes nothing over; after them, logged walks take over again."""
+    monkeypatch.setattr(reuse, "PAUSED_WALKS", 5)
+    space = FakeSpace()
+    unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
+    other = mixed_stack()
+    other.put(STACK + 0x58, 0x1318)  # main's return address: elsewhere in _start
+    stacks = [mixed_stack().window(), other.window()]
+    last = unwinder.unwind(spin_regs(), stacks[0], THREAD)
+    for i in range(1, reuse.MISSES_BEFORE_PAUSE + 1):
+        out = unwinder.unwind(spin_regs(), stacks[i % 2], THREAD)
+        assert taken(out, last) == 0 and same(out, fresh(space, spin_regs(), stacks[i % 2]))
+        last = out
+    for _ in range(5):  # paused: the same stack again takes nothing over
+        out = unwinder.unwind(spin_regs(), stacks[0], THREAD)
+        assert taken(out, last) == 0 and same(out, fresh(space, spin_regs(), stacks[0]))
+        last = out
+    first = unwinder.unwind(spin_regs(), stacks[0], THREAD)  # logged again
+    assert taken(unwinder.unwind(spin_regs(), stacks[0], THREAD), first) >= 2

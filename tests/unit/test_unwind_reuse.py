@@ -263,28 +263,31 @@ def test_leaving_out_unused_saved_registers_never_changes_the_result(monkeypatch
         assert same(unwinder.unwind(regs, window, THREAD), every.unwind(regs, window)), start
 
 
-class RbxFrameSpace(FakeSpace):
-    """leaf <- saver (push rbx: rbx at cfa-16) <- user (CFA = rbx + 16, as hand-written code may define it)
-    <- _start: user's CFA is found only from the rbx that saver saved."""
+class SaverSpace(FakeSpace):
+    """leaf (0x1000) <- saver (0x1100; push ``saved``: at cfa-16) <- 0x1200 with the CFI ``user`` (None: no
+    CFI, so the jit code's frame pointers at 0x5000 serve) <- _start (0x1300)."""
 
-    def __init__(self) -> None:
+    def __init__(self, saved: int, user: bytes | None) -> None:
         super().__init__()
         b = CfiBuilder()
         cie = b.cie(GCC_CIE)
         b.fde(cie, 0x1000, 0x40, b"")  # leaf
-        b.fde(cie, 0x1100, 0x100, advance_loc(1) + def_cfa_offset(16) + offset(DW_RBX, 2))  # saver
-        b.fde(cie, 0x1200, 0x100, def_cfa(DW_RBX, 16))  # user
+        b.fde(cie, 0x1100, 0x100, advance_loc(1) + def_cfa_offset(16) + offset(saved, 2))  # saver
+        if user is not None:
+            b.fde(cie, 0x1200, 0x100, user)
         b.fde(cie, 0x1300, 0x20, b"\x07\x10")  # _start: DW_CFA_undefined rip
         self.entries[0] = ModuleEntry(0x1000, 0x4000, self.modules[0], FakeObject(b.table(hdr_svma=0x800)))
 
 
 def test_a_rule_based_on_a_register_left_out_until_then_has_the_walk_start_over() -> None:
+    """The CFA of the function at 0x1200 is rbx + 16, as hand-written code may define it: found only from the
+    rbx that saver saved."""
     s = Stack()
     s.put(STACK + 0x00, 0x1150)  # leaf's return address: into saver
     s.put(STACK + 0x08, STACK + 0x40)  # saver saved rbx (user's, its CFA - 16)
     s.put(STACK + 0x10, 0x1250)  # saver's return address: into user
     s.put(STACK + 0x48, 0x1310)  # user's return address (at rbx + 8): into _start
-    unwinder = NativeUnwinder(RbxFrameSpace())  # type: ignore[arg-type]
+    unwinder = NativeUnwinder(SaverSpace(DW_RBX, def_cfa(DW_RBX, 16)))  # type: ignore[arg-type]
     regs = registers(rip=0x1010, rsp=STACK, rbx=0x1)
     for _ in range(2):  # the first walk starts over once rbx is found to be used; the second keeps it
         out = unwinder.unwind(regs, s.window(), THREAD)
@@ -292,28 +295,16 @@ def test_a_rule_based_on_a_register_left_out_until_then_has_the_walk_start_over(
         assert out.stop == StopReason.END_OF_STACK
 
 
-class RbpFrameSpace(FakeSpace):
-    """leaf <- saver (push rbp: rbp at cfa-16) <- jit code (frame pointers) <- _start: the jit frame's caller
-    is found from the rbp that saver saved, which no CFI rule uses."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        b = CfiBuilder()
-        cie = b.cie(GCC_CIE)
-        b.fde(cie, 0x1000, 0x40, b"")  # leaf
-        b.fde(cie, 0x1100, 0x100, advance_loc(1) + def_cfa_offset(16) + offset(DW_RBP, 2))  # saver
-        b.fde(cie, 0x1300, 0x20, b"\x07\x10")  # _start: DW_CFA_undefined rip
-        self.entries[0] = ModuleEntry(0x1000, 0x4000, self.modules[0], FakeObject(b.table(hdr_svma=0x800)))
-
-
 def test_a_saved_rbp_is_read_for_the_frame_pointer_frames_above() -> None:
+    """The jit frame's caller is found from the rbp that saver saved, which no CFI rule uses."""
     s = Stack()
     s.put(STACK + 0x00, 0x1150)  # leaf's return address: into saver
     s.put(STACK + 0x08, STACK + 0x40)  # saver saved rbp: the jit frame's
     s.put(STACK + 0x10, 0x5020)  # saver's return address: into the jit code
     s.put(STACK + 0x40, 0)  # jit frame: [rbp] = caller's rbp (the outermost)
     s.put(STACK + 0x48, 0x1310)  # jit frame: [rbp+8] = return address into _start
-    out = NativeUnwinder(RbpFrameSpace()).unwind(registers(rip=0x1010, rsp=STACK, rbp=0x1), s.window(), THREAD)
+    unwinder = NativeUnwinder(SaverSpace(DW_RBP, None))  # type: ignore[arg-type]
+    out = unwinder.unwind(registers(rip=0x1010, rsp=STACK, rbp=0x1), s.window(), THREAD)
     assert [f.rel for f in out.frames] == [0x1010, 0x114F, 0x501F, 0x130F]
     assert out.stop == StopReason.END_OF_STACK
 

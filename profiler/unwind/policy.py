@@ -246,7 +246,7 @@ class NativeUnwinder:
         limit, and every word those iterations read is unchanged. If so, they are noted in ``log``, and
         their frames appended to the walk's (``log.frames``)."""
         prev = previous.log
-        if prev.states[j] != state:
+        if not self._same_state(prev.states[j], state):
             return False
         previous.attempts += 1
         last = len(prev.states) - 1
@@ -261,6 +261,21 @@ class NativeUnwinder:
         if prev.scanned:
             self.frames_scanned += sum(1 for f in prev.frames[j:last] if f.method is UnwindMethod.SCAN)
         return True
+
+    def _same_state(self, a: WalkState, b: WalkState) -> bool:
+        """Whether iterations starting at ``a`` and ``b`` (at the same stack pointer) walk alike over the same
+        words. A caller's frame (looked up at its return address - 1) is stepped by rules that use only the
+        registers kept (``_admit``), so only those are compared: the others hold values of inner frames that
+        no step reads (a loop counter in rbx, the same-value rule carrying it up), which would make every
+        state differ. The innermost frame, and one a signal interrupted, are compared whole: their step may
+        use a register no rule uses (a prologue's frame based on a copy of rsp, ``_step_frame_pointer``)."""
+        regs_a, method_a, exact_a = a
+        regs_b, method_b, exact_b = b
+        if method_a is not method_b or exact_a != exact_b:
+            return False
+        if exact_a:
+            return regs_a == regs_b
+        return all(regs_a[reg] == regs_b[reg] for reg in self._kept)
 
     def _resolve(self, avma: int, code: bool) -> _Resolved | None:
         """Module and CFI rule of ``avma``, memoized; None (not memoized) outside every module. ``code``:

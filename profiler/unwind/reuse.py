@@ -8,8 +8,9 @@ A walk is deterministic. Each iteration of ``NativeUnwinder`` starts from a stat
 method that produced the frame, whether its pc is looked up as is) and reads only words of the copied stack;
 everything else it consults (the modules mapped, their tables, the code of their functions) is the same
 while the address space's ``generation`` is. So if this walk reaches a state the previous walk also
-passed through (the same stack pointer, every register equal), and every word the previous walk read from
-there on reads the same in this copy, the previous walk's frames from there on are this walk's frames.
+passed through (the same stack pointer, every register a step can use equal: ``NativeUnwinder._same_state``),
+and every word the previous walk read from there on reads the same in this copy, the previous walk's frames
+from there on are this walk's frames.
 The words are checked one by one (``LoggedWindow`` keeps each read's place and value), not the whole
 stack above the frame: the locals of outer frames change all the time, their saved registers and return
 addresses do not.

@@ -39,8 +39,9 @@ MAX_ATTEMPTS = 3
 #: log (``PAUSED_WALKS`` of them): a thread whose stack changes all the way down between samples (random call
 #: paths, a recursion of varying shape) gains little from taking over, and logging every word its walks read
 #: cost them ~10% (recording ``benchmarks/c/random_paths.c``: 199-201 us of CPU per sample logged, 173-184
-#: without). Not 4: ``gaps_target`` (40 frames, 82% of them taken over) has ~16% of walks that take little
-#: over, and 4 in a row paused it 8 times in 2 s at 1 kHz
+#: without). Not 4: when states still compared every register (``NativeUnwinder._same_state``), 16% of
+#: ``gaps_target``'s walks took nothing over, and 4 in a row paused it 8 times in 2 s at 1 kHz; a thread
+#: whose walks take over most of the time should not pause on such a run
 MISSES_BEFORE_PAUSE = 8
 #: walks made without a log once a thread's take-overs stopped paying; then it logs again, to find out
 PAUSED_WALKS = 32

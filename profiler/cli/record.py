@@ -246,6 +246,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
         _print_summary(session, why, written, export)
         if failure is not None:
             raise failure  # reported with its traceback as an internal error (``cli/main.py``)
+        if child is None:  # (a launched command is waited for, and Ctrl-C ends that wait: ``_wait_child``)
+            stop.ignore_on_exit()
     if child is not None:
         return _wait_child(child, pid, session)
     return 0

@@ -46,6 +46,22 @@ def test_a_signal_in_the_set_up_is_raised_at_its_next_step():
     assert str(raised.value) == "interrupted by SIGTERM while starting; nothing was recorded"
 
 
+def test_a_flag_told_the_command_is_done_leaves_the_signals_ignored():
+    """No moment between the flag's handler and the way out has Python's handler, which would raise
+    KeyboardInterrupt for the second signal of a pair."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with StopFlag() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            stop.ignore_on_exit()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # ignored: no KeyboardInterrupt
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def test_a_signal_ignored_before_is_answered_and_remembered_as_ignored():
     """A script's background job starts with SIGINT ignored; ``kill -INT`` still ends its recording."""
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)

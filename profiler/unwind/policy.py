@@ -115,7 +115,6 @@ class NativeUnwinder:
         #: thread -> its last walk, least recently walked first (at most ``reuse.MAX_LOGS``)
         self._logs: dict[Hashable, WalkLog] = {}
         self._kept: frozenset[int] = KEPT_FROM_START  #: registers read where saved (``_admit``)
-        self._kept_grew = False  #: ``_kept`` grew during this walk: it starts over
 
     def unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -124,13 +123,12 @@ class NativeUnwinder:
         next."""
         regs = list(regs[:NUM_DWARF_REGS]) + [None] * (NUM_DWARF_REGS - len(regs))
         while True:
-            stack = self._unwind(regs, window, thread)
-            if not self._kept_grew:
-                return stack
-            self._kept_grew = False  # walk again, reading the register a rule was found to use
-            self._memo.clear()
-            self._entered.clear()
-            self._logs.clear()
+            try:
+                return self._unwind(regs, window, thread)
+            except _KeptGrew:  # walk again, reading the register a rule was found to use: nothing kept before
+                self._memo.clear()  # holds rules cut to the registers kept until now
+                self._entered.clear()
+                self._logs.clear()
 
     def _unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None) -> UnwoundStack:
         memo = self._memo
@@ -190,8 +188,6 @@ class NativeUnwinder:
             hit = memo.get(lookup)
             if hit is None:
                 hit = self._resolve(lookup, method in _CODE_PCS)
-                if self._kept_grew:
-                    return UnwoundStack(frames, StopReason.BAD_FRAME)  # (walked again: ``unwind``)
             rule: UnwindRule | None = None
             entry: ModuleEntry | None = None
             if hit is None:
@@ -206,8 +202,6 @@ class NativeUnwinder:
                     entered = self._entered
                     if pc not in entered:
                         entered[pc] = self._admit(_entered_at_start(entry.obj, pc - bias))
-                        if self._kept_grew:
-                            return UnwoundStack(frames, StopReason.BAD_FRAME)
                     rule = entered[pc]
                     if rule is not None:
                         lookup = pc
@@ -221,8 +215,6 @@ class NativeUnwinder:
             else:
                 caller, method = self._step_frame_pointer(entry, lookup, len(frames) == 1, regs, window)
                 exact = False
-                if self._kept_grew:
-                    return UnwoundStack(frames, StopReason.BAD_FRAME)
             if caller.__class__ is StopReason:
                 if caller in _LOST_STACK and not window.contains(sp) and _past_signal(frames):
                     # on another stack than the one copied: --stack-bytes would not help
@@ -308,12 +300,12 @@ class NativeUnwinder:
         return rule
 
     def _keep(self, registers: frozenset[int]) -> None:
-        """Read ``registers`` where frames saved them from now on; the walk in progress, which may have
-        left them out of its callers' registers, starts over (``unwind``)."""
+        """Read ``registers`` where frames saved them from now on. The walk in progress, which may have left
+        them out of its callers' registers, is abandoned (``_KeptGrew``) and started over (``unwind``)."""
         grown = self._kept | registers
         if grown != self._kept:
             self._kept = grown
-            self._kept_grew = True
+            raise _KeptGrew
 
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
@@ -380,6 +372,10 @@ class NativeUnwinder:
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = bp, slot + 8, ra
         return caller
+
+
+class _KeptGrew(Exception):
+    """A rule or a frame met in a walk uses a register the walk did not keep (``NativeUnwinder._keep``)."""
 
 
 def _entered_at_start(obj: ObjectFile, svma: int) -> UnwindRule | None:

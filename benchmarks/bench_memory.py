@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
+from benchmarks import checkouts  # noqa: E402
 from benchmarks.results import RESULTS, spread, write_rows  # noqa: E402
 from profiler.sampling.session import Session  # noqa: E402
 
@@ -52,7 +53,7 @@ def record(tree: str, target: str, threads: int, rate: float, seconds: float, ou
             raise RuntimeError("the target did not start")
         argv = [sys.executable, "-m", "profiler", "record", "--pid", str(prog.pid), "-r", str(rate),
                 "-d", str(seconds), "-o", out]  # fmt: skip
-        nprof = subprocess.Popen(argv, cwd=tree, env=dict(os.environ, PYTHONPATH=tree),
+        nprof = subprocess.Popen(argv, **checkouts.run_in(tree),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
         start, rss, hwm = time.monotonic(), [], None
         while nprof.poll() is None:
@@ -82,9 +83,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--tree", action="append", default=[], help="a checkout to compare (default: this one)")
+    checkouts.add_argument(parser)
     args = parser.parse_args()
-    trees = [os.path.abspath(t) for t in args.tree] or [REPO]
+    trees = checkouts.trees(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="nprof-bench-memory-") as tmp:
         target = os.path.join(tmp, "random_paths")

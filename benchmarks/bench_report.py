@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
+from benchmarks import checkouts  # noqa: E402
 from benchmarks.results import RESULTS, spread, write_rows  # noqa: E402
 from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason  # noqa: E402
 from profiler.sampling.session import Session, SessionMeta  # noqa: E402
@@ -77,7 +78,7 @@ def make_session(path: str, stacks: int, functions: int, depth: int, seed: int =
 def render(tree: str, session: str, out: str | None) -> tuple[float, float]:
     """Seconds and peak MiB of one ``nprof report`` from ``tree``."""
     argv = [sys.executable, "-c", CHILD, "report", session] + (["-o", out] if out else [])
-    proc = subprocess.run(argv, cwd=tree, env=dict(os.environ, PYTHONPATH=tree), capture_output=True, text=True)
+    proc = subprocess.run(argv, **checkouts.run_in(tree), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"nprof report from {tree} failed: {proc.stderr[-2000:]}")
     seconds, kib = proc.stderr.strip().splitlines()[-1].split()
@@ -90,9 +91,9 @@ def main() -> None:
     parser.add_argument("--stacks", type=int, default=335_000)
     parser.add_argument("--functions", type=int, default=2_700)
     parser.add_argument("--depth", type=int, default=28)
-    parser.add_argument("--tree", action="append", default=[], help="a checkout to compare (default: this one)")
+    checkouts.add_argument(parser)
     args = parser.parse_args()
-    trees = [os.path.abspath(t) for t in args.tree] or [REPO]
+    trees = checkouts.trees(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="nprof-bench-report-") as tmp:
         session = os.path.join(tmp, "many.nprof")

@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from benchmarks import checkouts
 from benchmarks.bench_dump import running
 from benchmarks.results import RESULTS, write_rows
 
@@ -46,11 +47,10 @@ def sleeping_target(binary: str, sleepers: int) -> Iterator[int]:
 
 def nprof_cpu(tree: str, pid: int, rate: int, seconds: float) -> float:
     """nprof's CPU time (s) for one recording of ``pid``, from ``tree``."""
-    env = dict(os.environ, PYTHONPATH=tree)
     with tempfile.TemporaryDirectory() as out, open(os.path.join(out, "stderr"), "w+") as err:
         argv = [sys.executable, "-P", "-m", "profiler", "record", "--pid", str(pid), "-r", str(rate),
                 "-d", str(seconds), "-f", "nprof", "-o", os.path.join(out, "s.nprof")]  # fmt: skip
-        proc = subprocess.Popen(argv, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(argv, **checkouts.run_in(tree), stdout=subprocess.DEVNULL, stderr=err)
         _pid, status, usage = os.wait4(proc.pid, 0)  # (its own CPU time; Popen.wait would not give it)
         if os.waitstatus_to_exitcode(status) != 0:
             err.seek(0)
@@ -61,9 +61,9 @@ def nprof_cpu(tree: str, pid: int, rate: int, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--tree", action="append", default=[], help="a checkout to compare (default: this one)")
+    checkouts.add_argument(parser)
     args = parser.parse_args()
-    trees = args.tree or [REPO]
+    trees = checkouts.trees(args)
     rows = []
     with tempfile.TemporaryDirectory() as build:
         binary = os.path.join(build, "dormant")

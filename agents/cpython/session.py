@@ -45,6 +45,7 @@ from agents.cpython.threads import (
     find_new_thread_state,
     innermost_frame,
     orphaned_states,
+    runs_under,
     walk_thread_states,
 )
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
@@ -180,7 +181,7 @@ class CPythonSession:
             info = self._orphaned.get(handle)
             if info is None:
                 del self._adopted[tid]
-            else:
+            elif tid not in slots:  # (a thread whose own state this walk found keeps it)
                 slots[tid] = self._slot_for(tid, info, info.native_thread_id)
         if not threads.complete:
             # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
@@ -201,9 +202,12 @@ class CPythonSession:
 
     def _slot_for(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> ThreadSlot:
         """The slot of ``key`` for the thread state ``info``: the one it has if that is for the same state
-        (its read plan goes on), else a new one (``ident``: ``ThreadSlot.ident``)."""
+        under the same id (its read plan goes on), else a new one (``ident``: ``ThreadSlot.ident``). Thread
+        states are freed and allocated at the same few addresses: a slot adopted for another thread's id
+        (``_adopt``), kept for the state its own thread now has there, checked every capture against the
+        other id, and each found the state stale."""
         slot = self._slots.get(key)
-        if slot is None or slot.info.addr != info.addr:
+        if slot is None or slot.info.addr != info.addr or slot.ident != (key if ident is None else ident):
             return ThreadSlot(key, info, ident)
         slot.info = info
         return slot
@@ -225,8 +229,8 @@ class CPythonSession:
         key = self._key(tid, regs)
         slot = self._bound_slot(key, tid) if key is not None else None
         self.stats.captures += 1
-        if slot is None and key is not None:
-            slot = self._adopt(tid, regs) or self._find_new(key, tid)
+        if slot is None and key is not None:  # its own state first: another's is adopted only if it has none
+            slot = self._find_new(key, tid) or self._adopt(tid, regs)
         if slot is None:
             self.stats.unmapped += 1
             if tid == self._main_tid:
@@ -311,11 +315,18 @@ class CPythonSession:
         the interpreter without ``PyOS_AfterFork_Child`` (uWSGI's master, before its workers run Python)
         leaves the child's main thread running the parent's thread state, with the parent's tid in it: the
         child copied the parent's memory, so the handle, an address of that thread's, is the same. Every
-        sample of a uWSGI worker's main thread lacked its Python frames."""
+        sample of a uWSGI worker's main thread lacked its Python frames.
+
+        Only a state running a chain under the id it had in the walk is taken (``runs_under``), and only by a
+        thread whose own state is not among the newest (``capture`` looks there first). A thread that exited
+        between the walk and the listing of the live threads leaves an orphan too, whose handle glibc gives
+        the next thread it starts, with its cached stack: in a thread-per-request program (3.12) 2-4 new
+        threads a second took such a state, cleared or already another thread's, kept it until the next
+        walk, and showed no Python frames meanwhile (most of the 0-5% of samples in an eval loop without)."""
         if not self._orphaned:
             return None
         info = self._orphaned.get(regs.fs_base)  # type: ignore[attr-defined]
-        if info is None:
+        if info is None or not runs_under(self.process.read, info.addr, info.native_thread_id, self.layout):
             return None
         self.stats.adopted += 1
         self._adopted[tid] = info.thread_id

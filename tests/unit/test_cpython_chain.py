@@ -1502,6 +1502,59 @@ def test_a_snapshot_of_another_threads_state_is_captured_again_with_the_threads_
     assert settled.status is CaptureStatus.STALE and session.stats.not_its_own == 1
 
 
+def _orphan(target: FakeTarget, names: list[str], native_id: int) -> tuple[ThreadStateInfo, ThreadStateInfo]:
+    """A thread state running ``names`` whose ``native_thread_id`` is ``native_id``, as a walk saw it (3.11+),
+    and that info as an orphan under REGS's pthread handle (``CPythonSession._orphaned``)."""
+    info, _frames = chain(target, names)
+    target.put(info.addr + target.layout.thread.native_thread_id, "Q", native_id)
+    return info, ThreadStateInfo(info.addr, 0, REGS.fs_base, native_id, 0)
+
+
+@pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
+def test_an_exited_threads_orphaned_state_is_not_taken_by_the_next_thread_with_its_handle(target):
+    """3.11+: a thread that exited between a walk and the listing of the live threads leaves its state an
+    orphan (no live thread has its id), under a pthread handle glibc gives the next thread it starts. That
+    thread's own state among the newest is read; with none yet, it stays unmapped rather than take the
+    orphan, cleared (empty chain) or already another thread's. A thread state made before a fork, running a
+    chain under its first id, is still taken over."""
+    t = target.layout.thread
+    cleared, orphan = _orphan(target, ["b", "a"], TID + 7)
+    target.put(cleared.addr + t.frame, "Q", 0)  # the exited thread's state: its chain empty
+    session = session_over(target, cleared)
+    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    assert unmapped(session.capture(TID, REGS)) and session.stats.adopted == 0
+    own, _frames = chain(target, ["d", "c"])
+    session.threads = _listed(target, own, newer=0)
+    stack = session.capture(TID, REGS)
+    assert stack.status is CaptureStatus.OK and stack.tstate == own.addr and session.stats.adopted == 0
+
+    reused, orphan = _orphan(target, ["f", "e"], TID + 8)  # freed, and another thread's state by the stop
+    target.put(reused.addr + t.native_thread_id, "Q", TID + 9)
+    session = session_over(target, reused)
+    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    assert unmapped(session.capture(TID, REGS)) and session.stats.adopted == 0
+
+    forked, orphan = _orphan(target, ["h", "g"], TID + 10)  # the parent's, run by the child's thread
+    session = session_over(target, forked)
+    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    stack = session.capture(TID, REGS)
+    assert stack.status is CaptureStatus.OK and len(stack.frames) == 2 and session.stats.adopted == 1
+
+
+@pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
+def test_a_slot_taken_over_under_another_id_is_not_kept_for_the_threads_own_state_at_its_address(target):
+    """Thread states are freed and allocated at the same few addresses. A slot made for a state under an
+    orphan's id, whose address now holds the thread's own state, is replaced when that state is found:
+    kept, it checked every capture against the orphan's id, and found the state stale each time."""
+    own, _frames = chain(target, ["b", "a"])
+    session = session_over(target, own)
+    session._slots = {TID: ThreadSlot(TID, own, TID + 7)}  # adopted when the address held TID + 7's state
+    session.threads = _listed(target, own, newer=0)
+    stack = session.capture(TID, REGS)
+    assert stack.status is CaptureStatus.OK and stack.tstate == own.addr and len(stack.frames) == 2, stack
+    assert session._slots[TID].ident == TID
+
+
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 def test_a_thread_unmapped_before_the_interpreter_has_a_state_asks_for_every_walk(target):
     """While no walk has found a thread state (the interpreter still starting), each unmapped capture asks

@@ -1542,6 +1542,26 @@ def test_an_exited_threads_orphaned_state_is_not_taken_by_the_next_thread_with_i
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
+def test_a_walk_that_finds_an_adopting_threads_own_state_maps_it_to_that(target):
+    """A thread that took over an orphan (``_adopt``) is mapped to its own state once a walk finds one under
+    its id, though the orphan is still on the lists under its pthread handle."""
+    t = target.layout.thread
+    own, _frames = chain(target, ["b", "a"])
+    [orphan] = _other_states(target, 1)  # an id no live thread has
+    for tstate in (own.addr, orphan):
+        target.put(tstate + t.thread_id, "Q", REGS.fs_base)
+    runtime = target.alloc(2048)
+    target.put(runtime + target.layout.runtime.interpreters_head, "Q", _linked(target, [own.addr, orphan]))
+    session = session_over(target, own)
+    session.interpreter = SimpleNamespace(runtime=runtime)
+    session._ns_tids = {TID: TID}  # the live threads (as a pid namespace of the target's own lists them)
+    session._adopted = {TID: REGS.fs_base}
+    session._rescan(0.0)
+    assert session._orphaned[REGS.fs_base].addr == orphan
+    assert session._slots[TID].info.addr == own.addr and session._slots[TID].ident == TID
+
+
+@pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
 def test_a_slot_taken_over_under_another_id_is_not_kept_for_the_threads_own_state_at_its_address(target):
     """Thread states are freed and allocated at the same few addresses. A slot made for a state under an
     orphan's id, whose address now holds the thread's own state, is replaced when that state is found:

@@ -233,7 +233,8 @@ class CPythonSession:
             slot = self._find_new(key, tid) or self._adopt(tid, regs)
         if slot is None:
             self.stats.unmapped += 1
-            if tid == self._main_tid:
+            # (not a forked child's on its parent's state, idle: ``_adopt`` takes that when it runs Python)
+            if tid == self._main_tid and regs.fs_base not in self._orphaned:  # type: ignore[attr-defined]
                 self.stats.main_unmapped += 1
             if key is not None:  # (else its key is learnt after resume, ``settle``)
                 self.walks.lost(tid)

@@ -1542,6 +1542,20 @@ def test_an_exited_threads_orphaned_state_is_not_taken_by_the_next_thread_with_i
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
+def test_a_forked_childs_main_thread_idle_on_its_parents_state_is_not_called_unmapped(target):
+    """A forked child's main thread between two calls into Python (a uWSGI worker waiting for a request)
+    runs its parent's state with an empty chain: not taken over, and not counted toward the notice that
+    the main thread matched no thread state, which calls it a bug of nprof's."""
+    idle, orphan = _orphan(target, ["b", "a"], TID + 7)
+    target.put(idle.addr + target.layout.thread.frame, "Q", 0)
+    session = session_over(target, idle)
+    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    for _ in range(3):
+        assert unmapped(session.capture(TID, REGS))
+    assert session.stats.unmapped == 3 and session.stats.main_unmapped == 0 and session.stats.adopted == 0
+
+
+@pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
 def test_a_walk_that_finds_an_adopting_threads_own_state_maps_it_to_that(target):
     """A thread that took over an orphan (``_adopt``) is mapped to its own state once a walk finds one under
     its id, though the orphan is still on the lists under its pthread handle."""

@@ -1,15 +1,21 @@
 /* Test target: a native program that starts CPython and then forks, with no PyOS_AfterFork_Child, as uWSGI's
  * master does before its workers run Python (unless --py-call-osafterfork).
  *
- *   child: main -> child_calls_python -> PyRun_SimpleString -> ... -> outer -> middle -> inner (Python)
+ *   child: main -> child_spins_in_c, then main -> child_calls_python -> PyRun_SimpleString -> ... -> outer
+ *          -> middle -> inner (Python)
  *
  * argv[1]: the libpython to dlopen (the interpreter's home comes from PYTHONHOME); argv[2]: seconds of
- * Python the child runs. The parent waits for the child. The child's main thread keeps the thread state
- * the parent made, whose native_thread_id (3.11+) is the parent's tid: no thread of the child has it.
+ * Python the child runs, "-" for none; argv[3] (optional): seconds the child spins in C first, on the
+ * parent's thread state with an empty chain, as a uWSGI worker between requests. The parent waits for the
+ * child. The child's main thread keeps the thread state the parent made, whose native_thread_id (3.11+) is
+ * the parent's tid: no thread of the child has it.
  */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "embedded_chain.h"
@@ -22,6 +28,17 @@ NOINLINE int child_calls_python(int (*run)(const char *), const char *seconds) {
     int status = run_embedded_chain(run, seconds);
     ran = 1;
     return status;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+NOINLINE void child_spins_in_c(double seconds) {
+    double until = now() + seconds;
+    while (now() < until) ran++;
 }
 
 int main(int argc, char **argv) {
@@ -37,7 +54,10 @@ int main(int argc, char **argv) {
     initialize();
     pid_t child = fork();
     if (child < 0) return 1;
-    if (child == 0) _exit(child_calls_python(run, argv[2]) != 0);
+    if (child == 0) {
+        if (argc > 3) child_spins_in_c(atof(argv[3]));
+        _exit(strcmp(argv[2], "-") != 0 && child_calls_python(run, argv[2]) != 0);
+    }
     int status;
     if (waitpid(child, &status, 0) != child) return 1;
     return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);

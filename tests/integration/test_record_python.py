@@ -926,13 +926,14 @@ def test_a_thread_waiting_for_the_gil_before_its_first_frame_is_waiting_for_the_
     assert session.frame_info is not None
     names, kinds = [info.name for info in session.frame_info], session.frames.kinds()
     in_take_gil: Counter = Counter()
-    for (_t, sid, _s, cls), n in session.samples.items():
+    for (thread, sid, stop, cls), n in session.samples.items():
         frames = session.stacks.frames(sid)
         if any(names[f] == "take_gil" for f in frames):
             runtime = any(kinds[f] == FrameKind.RUNTIME for f in frames)
             in_take_gil[(SampleClass(cls), runtime)] += n
-            if not runtime:
-                assert not any(names[f] == "_PyEval_EvalFrameDefault" for f in frames), "lost its Python frames"
+            if not runtime:  # (what it shows, should it fail: seen once in ~15 runs of the suite, not alone)
+                lost = [names[f] for f in frames], n, session.threads[thread], stop, session.counters
+                assert not any(names[f] == "_PyEval_EvalFrameDefault" for f in frames), f"lost its frames: {lost}"
     frameless = sum(n for (cls, runtime), n in in_take_gil.items() if not runtime)
     assert frameless > 0, f"some samples catch a new thread in take_gil: {in_take_gil}"
     assert set(cls for cls, _runtime in in_take_gil) == {SampleClass.GIL_WAIT}, in_take_gil

@@ -24,6 +24,7 @@ so a truncated stack explains itself.
 Given the thread's previous walk, a walk that reaches a state that walk passed through, with every word it
 read from there on unchanged, takes over its frames from there instead of walking them again
 (``profiler.unwind.reuse``): the outer frames of a sampled thread rarely change between two samples.
+Walks read only the saved registers some rule met uses (``profiler.unwind.kept``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Hashable
 
 from profiler.binary.cfi import UnwindRule
 from profiler.binary.objfile import ObjectFile
-from profiler.binary.cfi.rules import FAST, REGISTER, registers_used
+from profiler.binary.cfi.rules import REGISTER
 from profiler.binary.prologue import FRAME_SET
 from profiler.model import (
     DW_RA,
@@ -47,6 +48,7 @@ from profiler.model import (
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
 from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
+from profiler.unwind.kept import KeptGrew, KeptRegisters
 from profiler.unwind.reuse import MAX_LOGS, LoggedWindow, Previous, WalkLog, WalkState, loggable
 from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, find_return_address
 from profiler.unwind.stack import StackWindow
@@ -56,14 +58,6 @@ from profiler.unwind.trampolines import rule_before
 MIN_PC = 0x1000
 #: per-pc memo entries kept before the memo is cleared (a bound on memory)
 MAX_MEMO = 1 << 18
-#: the registers a walk keeps in every frame before any rule that uses another was met: rsp (the CFA) and
-#: the return address, and of the callee-saved ones only rbp, read off the stack where a frame saved it
-#: (frame-pointer steps and realigned frames' CFA expressions use it). Compilers save rbx and r12-r15 in
-#: most frames and base no CFA on them, and each word read costs a walk ~0.3 us
-KEPT_FROM_START = frozenset({DW_RSP, DW_RA, DW_RBP})
-#: every register, for a rule whose expression could not be decoded
-_ALL_REGISTERS = frozenset(range(NUM_DWARF_REGS))
-
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
 #: why a walk fails when the words it needs are not in the copy
 _LOST_STACK = (StopReason.WINDOW_EXHAUSTED, StopReason.BAD_FRAME, StopReason.NO_UNWIND_INFO)
@@ -95,11 +89,10 @@ class NativeUnwinder:
     executable ranges change (``AddressSpace.generation``: ``dlopen``, ``dlclose``, a library replaced at
     the same address).
 
-    A frame's saved callee-saved registers are read only if some rule met so far uses them
-    (``KEPT_FROM_START`` and ``_admit``): the rules a walk memoizes keep only those in their ``saved``. A
-    rule, or a prologue's frame, that uses a register not kept yet adds it and has the walk start over
-    (once per register and process), with the memo emptied, so a walk's frames never depend on what was
-    left out.
+    A frame's saved callee-saved registers are read only if some rule met so far uses them (``kept.py``):
+    the rules a walk memoizes keep only those in their ``saved``. A rule, or a prologue's frame, that uses a
+    register not kept yet adds it and has the walk start over (once per register and process), with the
+    memo emptied, so a walk's frames never depend on what was left out.
     """
 
     def __init__(self, space: AddressSpace, max_frames: int = 2048) -> None:
@@ -114,7 +107,7 @@ class NativeUnwinder:
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
         #: thread -> its last walk, least recently walked first (at most ``reuse.MAX_LOGS``)
         self._logs: dict[Hashable, WalkLog] = {}
-        self._kept: frozenset[int] = KEPT_FROM_START  #: registers read where saved (``_admit``)
+        self._kept = KeptRegisters()  #: which registers are read where frames saved them
 
     def unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -125,7 +118,7 @@ class NativeUnwinder:
         while True:
             try:
                 return self._unwind(regs, window, thread)
-            except _KeptGrew:  # walk again, reading the register a rule was found to use: nothing kept before
+            except KeptGrew:  # walk again, reading the register a rule was found to use: nothing kept before
                 self._memo.clear()  # holds rules cut to the registers kept until now
                 self._entered.clear()
                 self._logs.clear()
@@ -201,7 +194,7 @@ class NativeUnwinder:
                 if rule is None and not exact and entry.obj is not None:
                     entered = self._entered
                     if pc not in entered:
-                        entered[pc] = self._admit(_entered_at_start(entry.obj, pc - bias))
+                        entered[pc] = self._kept.admit(_entered_at_start(entry.obj, pc - bias))
                     rule = entered[pc]
                     if rule is not None:
                         lookup = pc
@@ -238,7 +231,7 @@ class NativeUnwinder:
         limit, and every word those iterations read is unchanged. If so, they are noted in ``log``, and
         their frames appended to the walk's (``log.frames``)."""
         prev = previous.log
-        if not self._same_state(prev.states[j], state):
+        if not self._kept.same_state(prev.states[j], state):
             return False
         previous.attempts += 1
         last = len(prev.states) - 1
@@ -254,21 +247,6 @@ class NativeUnwinder:
             self.frames_scanned += sum(1 for f in prev.frames[j:last] if f.method is UnwindMethod.SCAN)
         return True
 
-    def _same_state(self, a: WalkState, b: WalkState) -> bool:
-        """Whether iterations starting at ``a`` and ``b`` (at the same stack pointer) walk alike over the same
-        words. A caller's frame (looked up at its return address - 1) is stepped by rules that use only the
-        registers kept (``_admit``), so only those are compared: the others hold values of inner frames that
-        no step reads (a loop counter in rbx, the same-value rule carrying it up), which would make every
-        state differ. The innermost frame, and one a signal interrupted, are compared whole: their step may
-        use a register no rule uses (a prologue's frame based on a copy of rsp, ``_step_frame_pointer``)."""
-        regs_a, method_a, exact_a = a
-        regs_b, method_b, exact_b = b
-        if method_a is not method_b or exact_a != exact_b:
-            return False
-        if exact_a:
-            return regs_a == regs_b
-        return all(regs_a[reg] == regs_b[reg] for reg in self._kept)
-
     def _resolve(self, avma: int, code: bool) -> _Resolved | None:
         """Module and CFI rule of ``avma``, memoized; None (not memoized) outside every module. ``code``:
         the pc is known to be code (not from an rbp chain), so a miss reads the maps again at once."""
@@ -280,32 +258,9 @@ class NativeUnwinder:
             rule = entry.obj.unwind_rule(avma - bias)
         else:  # file-less: no table, but a trampoline's fixed frame (read from the target once per address)
             rule = rule_before(self.space.process.read, avma)
-        resolved = (entry.module.id, bias, self._admit(rule), entry)
+        resolved = (entry.module.id, bias, self._kept.admit(rule), entry)
         self._memo[avma] = resolved
         return resolved
-
-    def _admit(self, rule: UnwindRule | None) -> UnwindRule | None:
-        """``rule`` as the walks keep it: its ``saved`` registers cut to those some rule uses (``_kept``), the
-        others ``forgotten`` (unknown in the caller); ``_kept`` grows by the registers ``rule`` uses."""
-        if rule is None:
-            return None
-        used = registers_used(rule)
-        if used is None or not used <= self._kept:
-            self._keep(_ALL_REGISTERS if used is None else used)
-        if rule.kind == FAST and rule.saved:
-            kept = tuple(saved for saved in rule.saved if saved[0] in self._kept)
-            if len(kept) != len(rule.saved):
-                forgotten = tuple(reg for reg, _offset in rule.saved if reg not in self._kept)
-                rule = rule._replace(saved=kept, forgotten=forgotten)
-        return rule
-
-    def _keep(self, registers: frozenset[int]) -> None:
-        """Read ``registers`` where frames saved them from now on. The walk in progress, which may have left
-        them out of its callers' registers, is abandoned (``_KeptGrew``) and started over (``unwind``)."""
-        grown = self._kept | registers
-        if grown != self._kept:
-            self._kept = grown
-            raise _KeptGrew
 
     def _step_frame_pointer(
         self, entry: ModuleEntry | None, lookup: int, innermost: bool, regs: Registers, window: StackWindow
@@ -320,8 +275,8 @@ class NativeUnwinder:
         method = UnwindMethod.FRAME_POINTER
         step: StepResult
         state = entry.obj.frame_state(lookup - entry.module.bias) if entry and entry.obj else None
-        if state is not None and state.base is not None and not innermost and state.base not in self._kept:
-            self._keep(frozenset((state.base,)))  # a caller frame addressed from a saved register's copy
+        if state is not None and state.base is not None and not innermost and state.base not in self._kept.registers:
+            self._kept.keep(frozenset((state.base,)))  # a caller frame addressed from a saved register's copy
         if innermost or (state is not None and state.ra_offset != FRAME_SET):
             base = sp if state is None or state.base is None else regs[state.base]
             step = step_first(state, base, bp, window) if base is not None else StopReason.BAD_FRAME
@@ -372,10 +327,6 @@ class NativeUnwinder:
         caller: Registers = [None] * NUM_DWARF_REGS
         caller[DW_RBP], caller[DW_RSP], caller[DW_RA] = bp, slot + 8, ra
         return caller
-
-
-class _KeptGrew(Exception):
-    """A rule or a frame met in a walk uses a register the walk did not keep (``NativeUnwinder._keep``)."""
 
 
 def _entered_at_start(obj: ObjectFile, svma: int) -> UnwindRule | None:

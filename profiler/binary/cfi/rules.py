@@ -92,7 +92,7 @@ class UnwindRule(NamedTuple):
     cfa: CfaRule  #: the full CFA rule (GENERIC)
     registers: tuple[tuple[int, int, int | bytes], ...]  #: (register, kind, argument) (GENERIC)
     #: callee-saved registers this frame saved that the unwinder does not read (FAST): unknown in the
-    #: caller, as no rule met uses them (``unwind/policy.py``, ``NativeUnwinder._admit``)
+    #: caller, as no rule met uses them (``unwind/kept.py``, ``KeptRegisters.admit``)
     forgotten: tuple[int, ...] = ()
 
 

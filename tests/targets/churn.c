@@ -5,8 +5,9 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 #define NOINLINE __attribute__((noinline))
 
@@ -19,12 +20,6 @@ NOINLINE void churn_work(unsigned long n) {
 NOINLINE void *churn_worker(void *arg) {
     churn_work((unsigned long)arg);
     return NULL;
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 int main(int argc, char **argv) {

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "embedded_chain.h"
 
 #define NOINLINE __attribute__((noinline))
@@ -28,12 +28,6 @@ NOINLINE int child_calls_python(int (*run)(const char *), const char *seconds) {
     int status = run_embedded_chain(run, seconds);
     ran = 1;
     return status;
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 NOINLINE void child_spins_in_c(double seconds) {

@@ -17,14 +17,17 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, Union
 
 from profiler.errors import OutputError
 
 
 #: the output path that means standard output
 STDOUT = "-"
+#: what an output file is written from: its bytes, or its pieces in order (an exporter that makes a large
+#: file piece by piece, so that the file's text is never held whole: ``export/folded.py``)
+Output = Union[bytes, bytearray, Iterable[bytes]]
 
 
 def is_stream(path: str) -> bool:
@@ -102,23 +105,31 @@ def atomic_write(path: str) -> Iterator[BinaryIO]:
         raise
 
 
-def write_bytes(path: str, data: bytes | bytearray) -> None:
-    with atomic_write(path) as f:
+def _write_to(f: BinaryIO, data: Output) -> None:
+    if isinstance(data, (bytes, bytearray)):
         f.write(data)
+    else:
+        for piece in data:
+            f.write(piece)
 
 
-def write_output(path: str, data: bytes | bytearray) -> None:
+def write_bytes(path: str, data: Output) -> None:
+    with atomic_write(path) as f:
+        _write_to(f, data)
+
+
+def write_output(path: str, data: Output) -> None:
     """Write a user's output file: atomically where it is a regular file (or a link to one, which stays a
     link), written through where it is a stream (see the module's docstring). A failure of the write itself
     (a full disk, ``> /dev/full``) is an ``OutputError``, as one found before it is."""
     try:
         if path == STDOUT:
             sys.stdout.flush()
-            sys.stdout.buffer.write(data)
+            _write_to(sys.stdout.buffer, data)
             sys.stdout.buffer.flush()
         elif is_stream(path):
             with open(path, "wb") as f:
-                f.write(data)
+                _write_to(f, data)
         else:
             write_bytes(os.path.realpath(path), data)
     except OSError as e:

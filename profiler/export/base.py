@@ -19,7 +19,8 @@ class Exporter(Protocol):
 
     def render(self, session: Session, config: ExportConfig) -> bytes | bytearray:
         """The whole output file (a ``bytearray`` where it was built in place, not copied into ``bytes``).
-        Needs a symbolized session (``session.frame_info``)."""
+        Needs a symbolized session (``session.frame_info``). An exporter may also have ``pieces`` (same
+        arguments): the file as pieces in order, which ``write`` writes as they come."""
 
 
 def exporters() -> dict[str, Exporter]:
@@ -55,5 +56,6 @@ def infer_format(path: str, requested: str | None) -> Exporter:
 
 def write(session: Session, path: str, exporter: Exporter, config: ExportConfig) -> None:
     """Render the session in ``exporter``'s format to ``path`` (``atomic.write_output``: ``-`` is standard
-    output)."""
-    write_output(path, exporter.render(session, config))
+    output), piece by piece where the exporter makes it so."""
+    pieces = getattr(exporter, "pieces", None)
+    write_output(path, pieces(session, config) if pieces is not None else exporter.render(session, config))

@@ -14,7 +14,8 @@ from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import load_symbols
 from profiler.config import ExportConfig
 from profiler.errors import BinaryError, UsageError
-from profiler.export.base import infer_format
+from profiler.export import folded
+from profiler.export.base import infer_format, write
 from profiler.cli.status import error_summary
 from profiler.export.folded import FoldedExporter
 from profiler.export.speedscope import SpeedscopeExporter
@@ -178,6 +179,21 @@ def test_folded_merges_threads_unless_asked():
     assert text == "root [prog];mid [prog];leaf [prog] 90\n"
     per_thread = FoldedExporter().render(session_with_two_threads(), ExportConfig(threads=True)).decode()
     assert "main (tid 7);root [prog];mid [prog];leaf [prog] 60\n" in per_thread
+
+
+def test_a_folded_file_is_written_in_pieces_that_make_its_lines_in_order(monkeypatch, tmp_path):
+    """``write`` takes the folded file piece by piece (``FoldedExporter.pieces``), so that its text is not held
+    twice: the pieces are the file ``render`` makes, lines sorted, each piece whole lines."""
+    monkeypatch.setattr(folded, "PIECE_BYTES", 40)  # a line or two a piece
+    session, config = session_with_two_threads(), ExportConfig(threads=True)
+    pieces = [bytes(p) for p in FoldedExporter().pieces(session, config)]
+    whole = bytes(FoldedExporter().render(session, config))
+    assert len(pieces) > 1 and b"".join(pieces) == whole and all(p.endswith(b"\n") for p in pieces)
+    lines = whole.decode().splitlines()
+    assert lines == sorted(lines) and len(lines) == 2
+    out = tmp_path / "p.folded"
+    write(session, str(out), FoldedExporter(), config)
+    assert out.read_bytes() == whole
 
 
 def session_with_eval_loop(leaf_native: bool) -> Session:

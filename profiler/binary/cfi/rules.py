@@ -130,7 +130,7 @@ def registers_used(rule: UnwindRule) -> frozenset[int] | None:
     """The registers of the frame that ``rule`` reads to find the caller's (the CFA's base, registers its
     expressions read, registers copied), besides the words it reads at CFA + N; None if it may read any
     (an expression that cannot be decoded). The unwinder reads a saved register off the stack only once
-    a rule that uses it was met (``unwind/policy.py``)."""
+    a rule that uses it was met (``unwind/kept.py``)."""
     if rule.kind == FAST:
         return frozenset((rule.cfa_register,))
     if rule.kind == END:

@@ -206,8 +206,9 @@ class CPythonSession:
         states are freed and allocated at the same few addresses: a slot adopted for another thread's id
         (``_adopt``), kept for the state its own thread now has there, checked every capture against the
         other id, and each found the state stale."""
+        ident = key if ident is None else ident
         slot = self._slots.get(key)
-        if slot is None or slot.info.addr != info.addr or slot.ident != (key if ident is None else ident):
+        if slot is None or slot.info.addr != info.addr or slot.ident != ident:
             return ThreadSlot(key, info, ident)
         slot.info = info
         return slot

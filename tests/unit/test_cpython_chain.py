@@ -1502,12 +1502,19 @@ def test_a_snapshot_of_another_threads_state_is_captured_again_with_the_threads_
     assert settled.status is CaptureStatus.STALE and session.stats.not_its_own == 1
 
 
-def _orphan(target: FakeTarget, names: list[str], native_id: int) -> tuple[ThreadStateInfo, ThreadStateInfo]:
-    """A thread state running ``names`` whose ``native_thread_id`` is ``native_id``, as a walk saw it (3.11+),
-    and that info as an orphan under REGS's pthread handle (``CPythonSession._orphaned``)."""
+def _over_orphan(
+    target: FakeTarget, names: list[str], native_id: int, running: bool = True
+) -> tuple[CPythonSession, ThreadStateInfo]:
+    """A session that maps no thread, and whose last walk left one orphan under REGS's pthread handle
+    (``CPythonSession._orphaned``): a thread state whose ``native_thread_id`` is ``native_id`` (3.11+),
+    running ``names``, or with its chain emptied unless ``running``. Returns the session and that state."""
     info, _frames = chain(target, names)
     target.put(info.addr + target.layout.thread.native_thread_id, "Q", native_id)
-    return info, ThreadStateInfo(info.addr, 0, REGS.fs_base, native_id, 0)
+    if not running:
+        target.put(info.addr + target.layout.thread.frame, "Q", 0)
+    session = session_over(target, info)
+    session._slots, session._orphaned = {}, {REGS.fs_base: ThreadStateInfo(info.addr, 0, REGS.fs_base, native_id, 0)}
+    return session, info
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
@@ -1517,26 +1524,18 @@ def test_an_exited_threads_orphaned_state_is_not_taken_by_the_next_thread_with_i
     thread's own state among the newest is read; with none yet, it stays unmapped rather than take the
     orphan, cleared (empty chain) or already another thread's. A thread state made before a fork, running a
     chain under its first id, is still taken over."""
-    t = target.layout.thread
-    cleared, orphan = _orphan(target, ["b", "a"], TID + 7)
-    target.put(cleared.addr + t.frame, "Q", 0)  # the exited thread's state: its chain empty
-    session = session_over(target, cleared)
-    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    session, _cleared = _over_orphan(target, ["b", "a"], TID + 7, running=False)  # the exited thread's
     assert unmapped(session.capture(TID, REGS)) and session.stats.adopted == 0
     own, _frames = chain(target, ["d", "c"])
     session.threads = _listed(target, own, newer=0)
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and stack.tstate == own.addr and session.stats.adopted == 0
 
-    reused, orphan = _orphan(target, ["f", "e"], TID + 8)  # freed, and another thread's state by the stop
-    target.put(reused.addr + t.native_thread_id, "Q", TID + 9)
-    session = session_over(target, reused)
-    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    session, reused = _over_orphan(target, ["f", "e"], TID + 8)  # freed, and another thread's state by the stop
+    target.put(reused.addr + target.layout.thread.native_thread_id, "Q", TID + 9)
     assert unmapped(session.capture(TID, REGS)) and session.stats.adopted == 0
 
-    forked, orphan = _orphan(target, ["h", "g"], TID + 10)  # the parent's, run by the child's thread
-    session = session_over(target, forked)
-    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    session, _forked = _over_orphan(target, ["h", "g"], TID + 10)  # the parent's, run by the child's thread
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and len(stack.frames) == 2 and session.stats.adopted == 1
 
@@ -1546,10 +1545,7 @@ def test_a_forked_childs_main_thread_idle_on_its_parents_state_is_not_called_unm
     """A forked child's main thread between two calls into Python (a uWSGI worker waiting for a request)
     runs its parent's state with an empty chain: not taken over, and not counted toward the notice that
     the main thread matched no thread state, which calls it a bug of nprof's."""
-    idle, orphan = _orphan(target, ["b", "a"], TID + 7)
-    target.put(idle.addr + target.layout.thread.frame, "Q", 0)
-    session = session_over(target, idle)
-    session._slots, session._orphaned = {}, {REGS.fs_base: orphan}
+    session, _idle = _over_orphan(target, ["b", "a"], TID + 7, running=False)
     for _ in range(3):
         assert unmapped(session.capture(TID, REGS))
     assert session.stats.unmapped == 3 and session.stats.main_unmapped == 0 and session.stats.adopted == 0

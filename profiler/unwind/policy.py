@@ -58,6 +58,7 @@ from profiler.unwind.trampolines import rule_before
 MIN_PC = 0x1000
 #: per-pc memo entries kept before the memo is cleared (a bound on memory)
 MAX_MEMO = 1 << 18
+
 _CFI, _SIGNAL = UnwindMethod.CFI, UnwindMethod.SIGNAL
 #: why a walk fails when the words it needs are not in the copy
 _LOST_STACK = (StopReason.WINDOW_EXHAUSTED, StopReason.BAD_FRAME, StopReason.NO_UNWIND_INFO)

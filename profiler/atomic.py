@@ -27,7 +27,7 @@ from profiler.errors import OutputError
 STDOUT = "-"
 #: what an output file is written from: its bytes, or its pieces in order (an exporter that makes a large
 #: file piece by piece, so that the file's text is never held whole: ``export/folded.py``)
-Output = bytes | bytearray | Iterable[bytes]
+Output = bytes | bytearray | Iterable[bytes | bytearray]
 
 
 def is_stream(path: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Protocol
 
 from profiler.atomic import is_stream, write_output
@@ -12,6 +13,8 @@ from profiler.sampling.session import Session
 
 
 class Exporter(Protocol):
+    """An output format. Each exporter subclasses this explicitly, so that it inherits ``pieces``."""
+
     #: the name used with -f/--format
     format: str
     #: file name endings that select this format, longest first when they overlap
@@ -19,8 +22,13 @@ class Exporter(Protocol):
 
     def render(self, session: Session, config: ExportConfig) -> bytes | bytearray:
         """The whole output file (a ``bytearray`` where it was built in place, not copied into ``bytes``).
-        Needs a symbolized session (``session.frame_info``). An exporter may also have ``pieces`` (same
-        arguments): the file as pieces in order, which ``write`` writes as they come."""
+        Needs a symbolized session (``session.frame_info``)."""
+        ...
+
+    def pieces(self, session: Session, config: ExportConfig) -> Iterator[bytes | bytearray]:
+        """The file as pieces in order, which ``write`` writes as they come: the whole file as one here. An
+        exporter whose file is large overrides it, so that it never holds all of it at once (folded)."""
+        yield self.render(session, config)
 
 
 def exporters() -> dict[str, Exporter]:

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from profiler.config import ExportConfig
+from profiler.export.base import Exporter
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
 from profiler.tree.calltree import frame_filter, process_labels, stack_counts
@@ -36,7 +37,7 @@ def folded_name(frame: FrameInfo) -> str:
 PIECE_BYTES = 1 << 20
 
 
-class FoldedExporter:
+class FoldedExporter(Exporter):
     format = "folded"
     extensions = (".folded", ".txt", ".collapsed")
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 
 from profiler.config import ExportConfig
+from profiler.export.base import Exporter
 from profiler.sampling.session import Session
 
 
-class SessionExporter:
+class SessionExporter(Exporter):
     format = "nprof"
     extensions = (".nprof",)
 

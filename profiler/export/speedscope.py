@@ -18,6 +18,7 @@ import orjson
 
 from profiler import __version__
 from profiler.config import ExportConfig
+from profiler.export.base import Exporter
 from profiler.model import FrameInfo
 from profiler.sampling.session import Session
 from profiler.tree.calltree import frame_filter, process_labels, stack_counts
@@ -81,7 +82,7 @@ def _sort_ranks(displays: StackDisplays) -> list[int]:
     return [position[key] for key in keys]
 
 
-class SpeedscopeExporter:
+class SpeedscopeExporter(Exporter):
     format = "speedscope"
     extensions = (".speedscope.json", ".json")
 

@@ -83,7 +83,7 @@ class StackCapture:
         self.raw: bytes | memoryview = b""
         self.code_keys: dict[int, int | None] = {}
         self.key: int | None = 0  #: UNMAPPED: what the thread was looked up by (its tid, or its fs_base on
-        #: <=3.10); None for a thread of another pid namespace not seen yet (``CPythonSession._learn_key``)
+        #: <=3.10); None for a thread of another pid namespace not seen yet (``ThreadBindings.learn_key``)
         #: a snapshot's walk: the code objects whose headers the snapshot does not hold (``settle`` reads
         #: them after resume and accepts only known identities; their ``code_headers`` stay -1)
         self.late_codes: list[int] = []

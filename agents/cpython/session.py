@@ -4,9 +4,9 @@ The sampler calls, per tick:
 
 * ``refresh()`` between ticks: re-walks the thread-state lists when a capture found a thread it could not
   map, or periodically; and rebuilds the read plans captures left dirty. Never while a thread is stopped.
-* ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state), and the
-  thread's ``Snapshot`` named as its ``co_read``: the tracer copies the read plan's ranges into it in the
-  stack window's ``process_vm_readv`` (runtime.py), and nothing else happens. After resume
+* ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state, kept by
+  ``binding.py``), and the thread's ``Snapshot`` named as its ``co_read``: the tracer copies the read plan's
+  ranges into it in the stack window's ``process_vm_readv`` (runtime.py), and nothing else happens. After resume
   ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short, the sampler
   stops the thread again and calls ``snapshot`` once more: the chain grew past the plan, and it returns
   None (the hook calls ``capture``), or a code object is new, and it copies that too (``code_ahead.py``).
@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from agents.cpython.anchors import InterpreterFunctions, is_call_glue, is_coroutine_base
+from agents.cpython.binding import ThreadBindings
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
 from agents.cpython.code_ahead import CodeAhead
@@ -38,19 +39,9 @@ from agents.cpython.locals import LocalsReader
 from agents.cpython.scatter import ScatterReader
 from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadNames
-from agents.cpython.threads import (
-    ThreadMap,
-    ThreadStateInfo,
-    WalkSchedule,
-    find_new_thread_state,
-    innermost_frame,
-    orphaned_states,
-    runs_under,
-    walk_thread_states,
-)
+from agents.cpython.threads import innermost_frame
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
-from profiler.target.procfs import list_threads, read_status
 from profiler.target.process import TargetProcess
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
@@ -63,8 +54,6 @@ NAMES_MISSING_AGE = 0.2
 #: captures of the main thread without a thread state, and none with one, before the end of a recording
 #: says Python frames were never read: a few are normal while a fresh interpreter starts up
 MAIN_UNMAPPED_NOTICE = 20
-#: host tids remembered with their tid in the target's pid namespace before the memory starts over
-MAX_NS_TIDS = 1 << 16
 
 
 @dataclass
@@ -103,7 +92,7 @@ class SessionStats:
     #: code objects decoded from a second stop's copy of what a snapshot's walk met new (``code_ahead.py``)
     decoded_ahead: int = 0
     #: threads (3.11+) that took over a thread state made by a thread of another process: a fork without
-    #: ``PyOS_AfterFork_Child`` (``_adopt``)
+    #: ``PyOS_AfterFork_Child`` (``ThreadBindings.adopt``)
     adopted: int = 0
 
 
@@ -124,23 +113,9 @@ class CPythonSession:
         )
         self.functions = InterpreterFunctions(interpreter.obj.symbols, interpreter.bias)
         self._copier = ChainCopier(self.layout, interpreter.runtime)
-        self._native_keys = self._copier.native_keys
-        #: 3.11+ key thread states by ``native_thread_id``, the tid in the target's own pid namespace: in
-        #: another one than nprof's (``unshare -p``, a container), the host tid -> that tid, read once per
-        #: thread; None where the two are the same, as they mostly are
-        self._ns_tids: dict[int, int] | None = None
-        status = read_status(process.pid)
-        if self._native_keys and status is not None and status.ns_pids[-1] != process.pid:
-            self._ns_tids = {}
-        self._slots: dict[int, ThreadSlot] = {}
-        #: 3.11+: thread states whose ``native_thread_id`` is no thread of this process, by their pthread
-        #: handle (``_adopt``); and the threads that took one over: tid -> that handle
-        self._orphaned: dict[int, ThreadStateInfo] = {}
-        self._adopted: dict[int, int] = {}
-        self._main_tid = process.pid  #: the process's main thread, where the interpreter's first thread state runs
+        #: which thread state each OS thread runs (``binding.py``)
+        self.bindings = ThreadBindings(process, interpreter, self._copier.native_keys, self.stats)
         self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
-        self.threads = ThreadMap({}, [], [], False)
-        self.walks = WalkSchedule()  #: when ``threads`` is walked again
         self._code_adaptive = self.layout.code.code_adaptive or 0
         self._locals: LocalsReader | None = None
         self._names: ThreadNames | None = None
@@ -163,101 +138,53 @@ class CPythonSession:
     def refresh(self, force: bool = False) -> None:
         """Re-walk the thread lists if needed, and rebuild dirty read plans."""
         now = time.monotonic()
-        if force or self.walks.due(now):
-            self._rescan(now)
-        for slot in self._slots.values():
+        if force or self.bindings.walks.due(now):
+            self.bindings.rescan(now)
+        for slot in self.bindings.slots.values():
             if slot.pending is not None:
                 self._rebuild(slot)
-
-    def _rescan(self, now: float) -> None:
-        threads = walk_thread_states(self.process.read, self.interpreter.runtime, self.layout)
-        self.walks.walked(now, threads.complete, bool(threads.states))
-        slots: dict[int, ThreadSlot] = {}
-        for key, info in threads.by_key.items():
-            slot = slots[key] = self._slot_for(key, info)
-            slot.tid = 0  # this walk found the state live under this key: whichever thread has it now
-        self._orphaned = self._orphaned_states(threads)
-        for tid, handle in list(self._adopted.items()):
-            info = self._orphaned.get(handle)
-            if info is None:
-                del self._adopted[tid]
-            elif tid not in slots:  # (a thread whose own state this walk found keeps it)
-                slots[tid] = self._slot_for(tid, info, info.native_thread_id)
-        if not threads.complete:
-            # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
-            # every thread state's identity anyway, and the next walk comes soon
-            for key, slot in self._slots.items():
-                slots.setdefault(key, slot)
-        self._slots = slots
-        self.threads = threads
-
-    def _orphaned_states(self, threads: ThreadMap) -> dict[int, ThreadStateInfo]:
-        """``threads.orphaned_states`` (3.11+) against this process's threads: in a pid namespace of the
-        target's own (a container), those whose tid there was learnt (``_learn_key``: every thread captured
-        once), which a thread's capture does before its state is looked for by its handle."""
-        if not self._native_keys or not threads.states:
-            return {}
-        live = set(self._ns_tids.values()) if self._ns_tids is not None else set(list_threads(self.process.pid))
-        return orphaned_states(threads, live)
-
-    def _slot_for(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> ThreadSlot:
-        """The slot of ``key`` for the thread state ``info``: the one it has if that is for the same state
-        under the same id (its read plan goes on), else a new one (``ident``: ``ThreadSlot.ident``). Thread
-        states are freed and allocated at the same few addresses: a slot adopted for another thread's id
-        (``_adopt``), kept for the state its own thread now has there, checked every capture against the
-        other id, and each found the state stale."""
-        ident = key if ident is None else ident
-        slot = self._slots.get(key)
-        if slot is None or slot.info.addr != info.addr or slot.ident != ident:
-            return ThreadSlot(key, info, ident)
-        slot.info = info
-        return slot
 
     def _rebuild(self, slot: ThreadSlot) -> None:
         slot.rebuild()
         self.stats.plan_rebuilds += 1
-
-    def thread_state_of(self, tid: int, fs_base: int = 0) -> ThreadStateInfo | None:
-        """The thread state mapped to an OS thread (3.11+ by tid, before by its ``fs_base``)."""
-        slot = self._slots.get(self._learn_key(tid) if self._native_keys else fs_base)
-        return slot.info if slot is not None else None
 
     # --- while the thread is stopped ----------------------------------------------------------------------
 
     def capture(self, tid: int, regs: object) -> StackCapture:
         """Copy the thread's frame chain (syscalls only). ``UNMAPPED``, with no frames, when no Python thread
         state is known for the thread: ``settle`` looks for one after resume, if it is a new thread."""
-        key = self._key(tid, regs)
-        slot = self._bound_slot(key, tid) if key is not None else None
+        bindings = self.bindings
+        key = bindings.key(tid, regs)
+        slot = bindings.bound_slot(key, tid) if key is not None else None
         self.stats.captures += 1
         if slot is None and key is not None:  # its own state first: another's is adopted only if it has none
-            slot = self._find_new(key, tid) or self._adopt(tid, regs)
+            slot = bindings.find_new(key, tid) or bindings.adopt(tid, regs)
         if slot is None:
             self.stats.unmapped += 1
-            # (not a forked child's on its parent's state, idle: ``_adopt`` takes that when it runs Python)
-            if tid == self._main_tid and regs.fs_base not in self._orphaned:  # type: ignore[attr-defined]
+            # (not a forked child's on its parent's state, idle: ``adopt`` takes that when it runs Python)
+            if tid == bindings.main_tid and regs.fs_base not in bindings.orphaned:  # type: ignore[attr-defined]
                 self.stats.main_unmapped += 1
             if key is not None:  # (else its key is learnt after resume, ``settle``)
-                self.walks.lost(tid)
+                bindings.walks.lost(tid)
             unmapped = StackCapture(tid, 0, CaptureStatus.UNMAPPED)
             unmapped.key = key
             return unmapped
         out = self._copy(slot, tid)
         if self._maybe_anothers(out):
-            fresh = self._find_new(key, tid)
+            fresh = bindings.find_new(key, tid)
             if fresh is not None:
                 out = self._copy(fresh, tid)
         if out.status == CaptureStatus.STALE:
-            self.walks.lost(tid)
+            bindings.walks.lost(tid)
         return out
 
     def _maybe_anothers(self, out: StackCapture) -> bool:
         """Whether the state a capture read may be another thread's, so that its own is looked for among
-        the newest (``_find_new``): it moved on (thread exited, tid reused); or, on <=3.10, its chain is
-        empty. There a new thread given an exited one's pthread handle is bound by its first capture since
-        the walk to that one's slot, whose state, freed, may still read as the handle's, with an empty
+        the newest (``ThreadBindings.find_new``): it moved on (thread exited, tid reused); or, on <=3.10, its
+        chain is empty. There a new thread given an exited one's pthread handle is bound by its first capture
+        since the walk to that one's slot, whose state, freed, may still read as the handle's, with an empty
         chain: 1-3% of the samples in an eval loop of a 3.10 thread per request had no Python frame."""
-        return out.status == CaptureStatus.STALE or (not out.addrs and not self._native_keys)
+        return out.status == CaptureStatus.STALE or (not out.addrs and not self.bindings.native_keys)
 
     def _copy(self, slot: ThreadSlot, tid: int) -> StackCapture:
         """The walk of ``capture`` through a stopped thread's slot, and the new code objects it met decoded."""
@@ -270,89 +197,6 @@ class CPythonSession:
         slot.note(wanted, reader.misses > 0, reader.unread_range())
         self.codes.decode_new(out)  # new code objects are decoded now, while their frames keep them alive
         return out
-
-    def _key(self, tid: int, regs: object) -> int | None:
-        """What a stopped thread's state is found by (no /proc read: the thread is stopped). 3.11+: its
-        ``native_thread_id``, its tid as its own pid namespace numbers it; None when the target has its own
-        namespace and the thread was not seen yet (``_learn_key`` reads it after resume). Before: its
-        pthread_t, which is its ``fs_base``."""
-        if not self._native_keys:
-            return regs.fs_base  # type: ignore[attr-defined,no-any-return]
-        ns_tids = self._ns_tids
-        return tid if ns_tids is None else ns_tids.get(tid)
-
-    def _learn_key(self, tid: int) -> int:
-        """A host tid as its thread state knows it (3.11+), read from /proc once per thread where the target
-        has its own pid namespace (``unshare -p``, a container): by its host tid, a Python 3.12 there matched
-        none of its thread states, and showed no Python frame. Not while the thread is stopped."""
-        ns_tids = self._ns_tids
-        if ns_tids is None:
-            return tid
-        key = ns_tids.get(tid)
-        if key is None:
-            if len(ns_tids) >= MAX_NS_TIDS:
-                ns_tids.clear()
-            status = read_status(tid)
-            key = ns_tids[tid] = status.ns_pids[-1] if status is not None else tid
-        return key
-
-    def _bound_slot(self, key: int, tid: int) -> ThreadSlot | None:
-        """The slot of ``key`` if it is this OS thread's: the first capture since the last walk binds it to
-        its tid, and a capture for another tid means that the thread which had the key exited and a new one
-        has it (on <=3.10, its pthread handle: glibc reuses an exited thread's stack, and the handle is an
-        address in it), while the slot still holds the old thread's state, freed and maybe still reading as
-        its own. Seen on 3.10 in a program that makes a ThreadPoolExecutor of 6 threads for each batch of
-        60 jobs: ~7% of its samples showed no Python frames (stale) and 43 (0.3%) garbage ones."""
-        slot = self._slots.get(key)
-        if slot is None or slot.tid == tid:
-            return slot
-        if slot.tid:
-            return None
-        slot.tid = tid
-        return slot
-
-    def _adopt(self, tid: int, regs: object) -> ThreadSlot | None:
-        """In the stop of a thread with no thread state under its tid (3.11+): the orphaned state that has
-        its pthread handle (``_orphaned_states``), taken over for it. A process that forks after starting
-        the interpreter without ``PyOS_AfterFork_Child`` (uWSGI's master, before its workers run Python)
-        leaves the child's main thread running the parent's thread state, with the parent's tid in it: the
-        child copied the parent's memory, so the handle, an address of that thread's, is the same. Every
-        sample of a uWSGI worker's main thread lacked its Python frames.
-
-        Only a state running a chain under the id it had in the walk is taken (``runs_under``), and only by a
-        thread whose own state is not among the newest (``capture`` looks there first). A thread that exited
-        between the walk and the listing of the live threads leaves an orphan too, whose handle glibc gives
-        the next thread it starts, with its cached stack: in a thread-per-request program (3.12) 2-4 new
-        threads a second took such a state, cleared or already another thread's, kept it until the next
-        walk, and showed no Python frames meanwhile (most of the 0-5% of samples in an eval loop without)."""
-        if not self._orphaned:
-            return None
-        info = self._orphaned.get(regs.fs_base)  # type: ignore[attr-defined]
-        if info is None or not runs_under(self.process.read, info.addr, info.native_thread_id, self.layout):
-            return None
-        self.stats.adopted += 1
-        self._adopted[tid] = info.thread_id
-        slot = self._slots[tid] = self._slot_for(tid, info, info.native_thread_id)
-        slot.tid = tid
-        return slot
-
-    def _find_new(self, key: int, tid: int) -> ThreadSlot | None:
-        """In the stop of a thread seen for one of its first times, with no thread state in the last walk: its
-        state among the newest of the lists (``find_new_thread_state``), bound to it; None if not there.
-        Only where the last walk saw a single interpreter: with several, which state runs its code is the
-        walk's choice (``walk_thread_states``), and the settle's walk makes it."""
-        threads = self.threads
-        if len(threads.interpreters) != 1 or not threads.states or not self.walks.may_search(tid):
-            return None
-        info = find_new_thread_state(self.process.read, threads.interpreters[0], threads.states[0].gil,
-                                     self.layout, key)  # fmt: skip
-        if info is None:
-            return None
-        self.stats.found_new += 1
-        self.walks.found_new()
-        slot = self._slots[key] = self._slot_for(key, info)
-        slot.tid = tid
-        return slot
 
     def snapshot(self, tid: int, regs: object) -> ThreadSlot | None:
         """The least copy while the thread is stopped, made by the tracer: the thread's slot, whose
@@ -367,8 +211,9 @@ class CPythonSession:
         A newest frame the plan lacks (a call's new frame object on 3.8-3.10, a generator's frame on 3.11+)
         is found by the walk after resume, and costs a second stop: looking for it here cost every stop
         2-4 us (2% of the stops of a pytest run on 3.11 and of a request mix on 3.10 lacked it)."""
-        key = self._key(tid, regs)
-        slot = self._bound_slot(key, tid) if key is not None else None
+        bindings = self.bindings
+        key = bindings.key(tid, regs)
+        slot = bindings.bound_slot(key, tid) if key is not None else None
         if slot is None or slot.pending is not None or slot.walk_next:
             return None
         snap = slot.snap
@@ -414,10 +259,10 @@ class CPythonSession:
                 # tick), with every thread running, and if its state is there, stop it again to capture it
                 # with its Python frames. In another pid namespace, its key is learnt now, its first time
                 if data.key is None:
-                    data.key = self._learn_key(data.tid)
-                if self.walks.soon:
-                    self._rescan(time.monotonic())
-                if self._bound_slot(data.key, data.tid) is not None:
+                    data.key = self.bindings.learn_key(data.tid)
+                if self.bindings.walks.soon:
+                    self.bindings.rescan(time.monotonic())
+                if self.bindings.bound_slot(data.key, data.tid) is not None:
                     self.stats.remapped += 1
                     return RECAPTURE
             return data
@@ -445,7 +290,7 @@ class CPythonSession:
                 data.note((fixed, [missed, *rest]), True, unread)
                 self._rebuild(data)
             return RECAPTURE
-        if self._maybe_anothers(out) and self.walks.searches_left(snap.tid):
+        if self._maybe_anothers(out) and self.bindings.walks.searches_left(snap.tid):
             # a second stop captures it, and looks for its own state: with walks made as soon as a new
             # thread was found, 5-10% of a 3.8/3.10 thread per request's samples read an exited thread's
             self.stats.not_its_own += 1
@@ -470,7 +315,7 @@ class CPythonSession:
             data.ahead = ahead.keep(self.codes)  # new code objects this walk did not meet: copied again
         data.note(wanted, False, None)  # counts a clean capture; may cut back a plan grown too large
         if out.status == CaptureStatus.STALE:
-            self.walks.lost(snap.tid)
+            self.bindings.walks.lost(snap.tid)
         return out
 
     @staticmethod
@@ -511,7 +356,7 @@ class CPythonSession:
         """Decode a capture: RuntimeFrames innermost first; a cut-short stack is counted in ``stats``."""
         if capture is None or capture.status == CaptureStatus.UNMAPPED:
             return []  # (unmapped: counted in the stop)
-        if capture.tid == self._main_tid:
+        if capture.tid == self.bindings.main_tid:
             self._main_mapped = True  # noted here, after resume, rather than in the stop
         status = capture.status
         if status == CaptureStatus.TRUNCATED_DEPTH:
@@ -529,17 +374,18 @@ class CPythonSession:
             self.stats.truncated += 1
         elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
             frames.append(RuntimeFrame(CUT_KEY, -1, False))  # the outermost: what was not read is outward
-        if capture.tstate in self.threads.shared:  # a thread with states in several interpreters
-            newer = self.threads.newer.get(capture.tstate)
+        threads = self.bindings.threads
+        if capture.tstate in threads.shared:  # a thread with states in several interpreters
+            newer = threads.newer.get(capture.tstate)
             if newer and innermost_frame(self.process.read, newer, self.layout):
                 # it has entered a newer interpreter's code (run_string) since the walk: its chain here is
                 # frozen at the call, and stays so for as long as that code runs. Walk before the next tick:
                 # left to the periodic walk, the sub-interpreter's code was charged to its caller for up to a
                 # second (90-97% of its samples, calls of 0.1 s on 3.12 and 3.13)
-                self.walks.soon = True
+                self.bindings.walks.soon = True
             if not frames:
-                self.walks.recheck()  # it may run another interpreter's code now
-            elif capture.tstate in self.threads.nested:
+                self.bindings.walks.recheck()  # it may run another interpreter's code now
+            elif capture.tstate in threads.nested:
                 # an older interpreter's frames run outward of these, in eval loops of their own (one per
                 # frame up to 3.10): a group stands for them, so that this chain's groups pair with their
                 # own eval loops
@@ -574,7 +420,7 @@ class CPythonSession:
             self._names = ThreadNames(self.process.read, self.layout, self.interpreter.types)
         if now - self._names_time >= max_age or self._names_time < since:
             self._names_time = now
-            self._name_cache = self._names.read_names(self.threads.interpreters)
+            self._name_cache = self._names.read_names(self.bindings.threads.interpreters)
         return self._name_cache
 
     def thread_name(self, tid: int, fs_base: int = 0, alive_since: float = 0.0) -> str | None:
@@ -585,7 +431,7 @@ class CPythonSession:
         the pthread_t (its ident) of one that exited before it started whenever glibc hands it that
         thread's cached stack: 7 threads run one after another, each joined before the next, were all
         named after the first of them while a reading was less than ``NAMES_MAX_AGE`` old."""
-        info = self.thread_state_of(tid, fs_base)
+        info = self.bindings.state_of(tid, fs_base)
         if info is None:
             return None
         ident = info.thread_id
@@ -634,9 +480,10 @@ class CPythonSession:
             )
         if not self._main_mapped and self.stats.main_unmapped >= MAIN_UNMAPPED_NOTICE:
             out.append(
-                f"{self.interpreter.label}: the main thread matched none of the {len(self.threads.states)} Python "
-                f"thread states in {self.stats.main_unmapped} captures, so its Python frames are missing; if it "
-                "ran Python code, this is a bug in nprof: please report it with `nprof dump --pid PID --json`"
+                f"{self.interpreter.label}: the main thread matched none of the "
+                f"{len(self.bindings.threads.states)} Python thread states in {self.stats.main_unmapped} captures, "
+                "so its Python frames are missing; if it ran Python code, this is a bug in nprof: please report it "
+                "with `nprof dump --pid PID --json`"
             )
         return out
 

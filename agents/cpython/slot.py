@@ -23,7 +23,7 @@ class ThreadSlot:
     def __init__(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
         #: what the thread state's own id field holds while it is this thread's (a capture checks it): the key,
-        #: but for a state made in the process this one was forked from (``CPythonSession._adopt``)
+        #: but for a state made in the process this one was forked from (``ThreadBindings.adopt``)
         self.ident = key if ident is None else ident
         self.info = info
         self.snap = Snapshot()  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them

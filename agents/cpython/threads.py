@@ -232,7 +232,7 @@ def orphaned_states(threads: ThreadMap, live: set[int]) -> dict[int, ThreadState
     """pthread handle -> thread state, for the states (3.11+) whose ``native_thread_id`` is none of the
     ``live`` threads' ids: made by a thread of the process this one was forked from, where the fork did not
     go through ``PyOS_AfterFork_Child``, which sets it anew. The child's thread has the same handle (it
-    copied the parent's memory), which finds the state for it (``CPythonSession._adopt``)."""
+    copied the parent's memory), which finds the state for it (``ThreadBindings.adopt``)."""
     return {info.thread_id: info for info in threads.states
             if info.native_thread_id and info.native_thread_id not in live and info.thread_id}  # fmt: skip
 

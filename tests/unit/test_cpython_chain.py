@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from agents.cpython import code_ahead, plan, scatter
+from agents.cpython.binding import ThreadBindings
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
@@ -902,14 +903,17 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session.codes = CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
     session._copier = ChainCopier(target.layout, runtime=target.runtime)
     session._reader = ScatterReader(1, capacity=4 << 20)
-    session._native_keys = session._copier.native_keys
-    session._ns_tids = None  # the target is in nprof's pid namespace
-    session._slots = {TID: ThreadSlot(TID, info)}
-    session._orphaned, session._adopted = {}, {}
     session.process = SimpleNamespace(read=target.read)
-    session.threads = ThreadMap({}, [], [], True)  # no walk: no search for a thread's state in its stop
-    session.walks = WalkSchedule()
-    session._main_tid, session._main_mapped = TID, False
+    session.bindings = bindings = object.__new__(ThreadBindings)
+    bindings.process, bindings.layout, bindings.stats = session.process, target.layout, session.stats
+    bindings.interpreter = SimpleNamespace(runtime=target.runtime)
+    bindings.native_keys = session._copier.native_keys
+    bindings.ns_tids = None  # the target is in nprof's pid namespace
+    bindings.slots = {TID: ThreadSlot(TID, info)}
+    bindings.orphaned, bindings.adopted = {}, {}
+    bindings.threads = ThreadMap({}, [], [], True)  # no walk: no search for a thread's state in its stop
+    bindings.walks = WalkSchedule()
+    bindings.main_tid, session._main_mapped = TID, False
     session._code_adaptive = target.layout.code.code_adaptive or 0
     session._locals = LocalsReader(target.read, target.layout, TYPES)
 
@@ -941,7 +945,7 @@ def planned(session: CPythonSession, target: FakeTarget) -> StackCapture:
     """A first capture in a stop (it has no plan to snapshot by), then the plan built after resume."""
     assert session.snapshot(TID, REGS) is None  # no plan yet: the sampler captures in the stop instead
     first = session.capture(TID, REGS)
-    session._slots[TID].rebuild()  # as ``refresh`` does between ticks
+    session.bindings.slots[TID].rebuild()  # as ``refresh`` does between ticks
     return first
 
 
@@ -1013,7 +1017,7 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     again = session.capture(TID, REGS)
     (decoded, _), _ = decode(target, again, session.codes)
     assert names_of(session.codes, decoded) == ["deeper", "c", "b", "a"]
-    session._slots[TID].rebuild()
+    session.bindings.slots[TID].rebuild()
     c = target.layout.code
     code_b = again.frames[2][1]
     target.put(code_b + c.name, "Q", target.string("reborn"))  # "b" freed, another function at its address
@@ -1022,7 +1026,7 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
         target.put(code_b + c.version, "I", 999)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
     assert session.stats.recaptured == 2 and session.stats.snapshots == 0
-    assert session._slots[TID].ahead is not None and not session._slots[TID].walk_next
+    assert session.bindings.slots[TID].ahead is not None and not session.bindings.slots[TID].walk_next
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
@@ -1066,16 +1070,16 @@ def test_a_snapshots_code_objects_are_identified_after_resume(target, case):
     assert names_of(session.codes, decoded) == ["c", "other", "a"] and not cut
     assert (session.stats.snapshots, session.stats.recaptured, session.stats.code_changed) == (1, 0, 0)
     # the same code objects at the next sample: the thread's check is used again, and still checks
-    check = session._slots[TID].check
+    check = session.bindings.slots[TID].check
     settled = session.settle(session.snapshot(TID, REGS))
-    assert isinstance(settled, StackCapture) and session._slots[TID].check is check
+    assert isinstance(settled, StackCapture) and session.bindings.slots[TID].check is check
     target.put(other + c.firstlineno, "i", 71)  # another code object at its address now
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session.stats.code_changed == 1
     # a code object decoded since (the capture in that second stop): the check is made again
     assert session.capture(TID, REGS).status is CaptureStatus.OK
-    session._slots[TID].rebuild()
+    session.bindings.slots[TID].rebuild()
     settled = session.settle(session.snapshot(TID, REGS))
-    assert isinstance(settled, StackCapture) and session._slots[TID].check is not check
+    assert isinstance(settled, StackCapture) and session.bindings.slots[TID].check is not check
     (decoded, _), _ = decode(target, settled, session.codes)
     assert session.codes.get(decoded[1].code).firstlineno == 71
 
@@ -1100,7 +1104,7 @@ def test_a_new_code_object_a_snapshot_met_is_decoded_from_the_next_stops_copy(ta
     code_b = struct.unpack_from("<Q", target.heap, frames[1] + target.layout.frame.code - HEAP)[0]
     target.put(frames[1] + target.layout.frame.code, "Q", fresh)  # "b" returned; "fresh" called there
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
-    slot = session._slots[TID]
+    slot = session.bindings.slots[TID]
     assert slot.ahead is not None and slot.ahead.codes == [fresh] and not slot.walk_next
     if case == "returned":  # "fresh" returned and "b" was called again at its place
         target.put(frames[1] + target.layout.frame.code, "Q", code_b)
@@ -1156,7 +1160,7 @@ def test_a_snapshot_that_met_too_many_new_code_objects_has_its_next_stop_walk(ta
     for i, frame in enumerate(frames):  # all three returned, and three new functions run in their frames
         target.put(frame + target.layout.frame.code, "Q", target.code(f"new{i}", 70 + i, version=20 + i))
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
-    slot = session._slots[TID]
+    slot = session.bindings.slots[TID]
     assert slot.ahead is None and slot.walk_next and session.snapshot(TID, REGS) is None
     (decoded, _), _ = decode(target, session.capture(TID, REGS), session.codes)
     assert names_of(session.codes, decoded) == ["new0", "new1", "new2"] and not slot.walk_next
@@ -1169,12 +1173,12 @@ def test_a_snapshot_whose_chain_left_the_plan_has_its_next_stop_walk(target):
     session, frames = planned_chain(target)
     between = target.frame(target.code("x", 5, version=7), frames[2], position=1)
     target.link(frames[1], between)  # "b" was called through a new frame, outside the plan
-    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session._slots[TID].walk_next
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session.bindings.slots[TID].walk_next
     assert session.snapshot(TID, REGS) is None  # the second stop walks
     again = session.capture(TID, REGS)
     (decoded, _), _ = decode(target, again, session.codes)
     assert names_of(session.codes, decoded) == ["c", "b", "x", "a"]
-    session._slots[TID].rebuild()
+    session.bindings.slots[TID].rebuild()
     settled = session.settle(session.snapshot(TID, REGS))
     assert isinstance(settled, StackCapture) and session.stats.recaptured == 1
 
@@ -1191,7 +1195,7 @@ def test_a_frame_a_snapshot_missed_is_planned_though_its_call_returned(target):
     target.link(frames[1], frames[2])  # and returned before the second stop
     (decoded, _), _ = decode(target, session.capture(TID, REGS), session.codes)
     assert names_of(session.codes, decoded) == ["c", "b", "a"]
-    session._slots[TID].rebuild()
+    session.bindings.slots[TID].rebuild()
     target.link(frames[1], between)  # and is called again, its frame where it was
     settled = session.settle(session.snapshot(TID, REGS))
     assert isinstance(settled, StackCapture) and session.stats.recaptured == 1
@@ -1211,7 +1215,7 @@ def test_a_new_code_object_is_copied_for_keep_stops_and_no_more(target, monkeypa
     target.put(frames[1] + target.layout.frame.code, "Q", fresh)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
     target.put(frames[1] + target.layout.frame.code, "Q", code_b)  # "fresh" returned
-    slot = session._slots[TID]
+    slot = session.bindings.slots[TID]
     for _ in range(3):
         assert slot.ahead is not None and slot.snap.extra is slot.ahead.snap
         target.syscalls = 0
@@ -1228,7 +1232,7 @@ def test_a_new_code_object_past_one_reads_iovecs_is_copied_with_one_more(target,
     fresh = target.code("fresh", 70, version=9)
     target.put(frames[1] + target.layout.frame.code, "Q", fresh)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE
-    slot = session._slots[TID]
+    slot = session.bindings.slots[TID]
     ahead = slot.ahead
     assert ahead is not None
     monkeypatch.setattr(scatter, "IOV_MAX", slot.plan.count + ahead.snap.plan.count)
@@ -1301,7 +1305,7 @@ def test_a_deeper_call_on_the_newest_frames_page_settles_without_a_stop_3_11(tar
     (decoded, _), _ = decode(target, settled, session.codes)
     assert names_of(session.codes, decoded) == ["c", "c", "b", "a"]
     push(deeper, (newest | (PAGE_SIZE - 1)) + 1)  # the next call's frame starts the next page
-    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session._slots[TID].walk_next
+    assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session.bindings.slots[TID].walk_next
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
@@ -1327,7 +1331,7 @@ def test_a_cframe_that_moves_between_two_places_costs_one_stop_3_11(target):
         if settled is RECAPTURE:  # what the sampler does then: a second stop, which walks in full
             assert session.snapshot(TID, REGS) is None
             session.capture(TID, REGS)
-            session._slots[TID].rebuild()
+            session.bindings.slots[TID].rebuild()
         return settled
 
     assert settle_with(second) is RECAPTURE  # a place not seen before
@@ -1425,18 +1429,18 @@ def test_a_new_thread_with_an_exited_ones_pthread_handle_is_not_read_as_it(targe
     other = TID + 1
     assert session.snapshot(other, REGS) is None
     assert unmapped(session.capture(other, REGS)) and session.stats.unmapped == 1
-    assert session.walks.soon
-    session.walks.soon = False
-    assert unmapped(session.capture(other, REGS)) and session.walks.soon  # no walk since: still asking
-    session.walks.walked(0.0, complete=True)  # a walk
-    session._slots[TID].tid = 0
+    assert session.bindings.walks.soon
+    session.bindings.walks.soon = False
+    assert unmapped(session.capture(other, REGS)) and session.bindings.walks.soon  # no walk since: still asking
+    session.bindings.walks.walked(0.0, complete=True)  # a walk
+    session.bindings.slots[TID].tid = 0
     assert session.capture(other, REGS).status is CaptureStatus.OK  # the walk re-validated the slot
-    session._slots.clear()
-    assert unmapped(session.capture(other + 1, REGS)) and session.walks.soon  # never seen: asks
-    session.walks.walked(0.0, complete=True)  # a walk that found no state for it
-    assert unmapped(session.capture(other + 1, REGS)) and session.walks.soon  # maybe not bound yet: again
-    session.walks.walked(0.0, complete=True)
-    assert unmapped(session.capture(other + 1, REGS)) and not session.walks.soon  # native: does not ask
+    session.bindings.slots.clear()
+    assert unmapped(session.capture(other + 1, REGS)) and session.bindings.walks.soon  # never seen: asks
+    session.bindings.walks.walked(0.0, complete=True)  # a walk that found no state for it
+    assert unmapped(session.capture(other + 1, REGS)) and session.bindings.walks.soon  # maybe not bound yet: again
+    session.bindings.walks.walked(0.0, complete=True)
+    assert unmapped(session.capture(other + 1, REGS)) and not session.bindings.walks.soon  # native: does not ask
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
@@ -1446,17 +1450,17 @@ def test_a_thread_first_seen_is_captured_with_its_frames_in_its_stop(target):
     samples kept no Python frame (5-37% of a thread-per-request target's, 3.8-3.13)."""
     info, _frames = chain(target, ["b", "a"])
     session = session_over(target, info)
-    session._slots.clear()
-    session.threads = _listed(target, info, newer=1)
+    session.bindings.slots.clear()
+    session.bindings.threads = _listed(target, info, newer=1)
     assert session.snapshot(TID, REGS) is None  # not planned: captured in the stop
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and len(stack.frames) == 2, stack
     assert session.stats.found_new == 1 and session.stats.unmapped == 0
-    assert session.walks.soon  # the threads started with it are mapped by a walk between ticks
+    assert session.bindings.walks.soon  # the threads started with it are mapped by a walk between ticks
     assert session.capture(TID, REGS).status is CaptureStatus.OK and session.stats.found_new == 1  # bound now
     native, regs = TID + 1, SimpleNamespace(fs_base=TID + 1)  # no state: searched a few times, then not read
     reads: list[int] = []
-    session.process = SimpleNamespace(read=lambda addr, size: reads.append(addr) or target.read(addr, size))
+    session.bindings.process = SimpleNamespace(read=lambda addr, size: reads.append(addr) or target.read(addr, size))
     for _ in range(NEW_THREAD_SEARCHES):
         assert unmapped(session.capture(native, regs)) and reads
         reads.clear()
@@ -1472,7 +1476,7 @@ def test_an_exited_threads_freed_state_under_the_same_handle_is_passed_over(targ
     target.put(old.addr + target.layout.thread.frame, "Q", 0)  # the exited thread's state: chain empty
     session = session_over(target, old)  # the walk's slot, not bound to a thread since
     info, _frames = chain(target, ["d", "c"])
-    session.threads = _listed(target, info, newer=0)
+    session.bindings.threads = _listed(target, info, newer=0)
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and len(stack.frames) == 2 and stack.tstate == info.addr, stack
 
@@ -1485,18 +1489,18 @@ def test_a_snapshot_of_another_threads_state_is_captured_again_with_the_threads_
     session, _frames = planned_chain(target)
     t = target.layout.thread
     ident = t.native_thread_id if t.native_thread_id is not None else t.thread_id
-    old = session._slots[TID].info
+    old = session.bindings.slots[TID].info
     target.put(old.addr + ident, "Q", TID + 7)  # freed, and reused by another thread's state
     info, _frames = chain(target, ["e", "d"])
-    session.threads = _listed(target, info, newer=0)
+    session.bindings.threads = _listed(target, info, newer=0)
     assert session.settle(session.snapshot(TID, REGS)) is RECAPTURE and session.stats.not_its_own == 1
     assert session.snapshot(TID, REGS) is None  # the second stop captures, and searches
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and stack.tstate == info.addr and session.stats.found_new == 1
     target.put(info.addr + ident, "Q", TID + 8)  # exited too: no search left to make, kept as stale
     for _ in range(NEW_THREAD_SEARCHES):
-        session.walks.may_search(TID)
-    session._slots[TID].rebuild()
+        session.bindings.walks.may_search(TID)
+    session.bindings.slots[TID].rebuild()
     data = session.snapshot(TID, REGS)
     settled = session.settle(data) if data is not None else session.capture(TID, REGS)
     assert settled.status is CaptureStatus.STALE and session.stats.not_its_own == 1
@@ -1506,14 +1510,15 @@ def _over_orphan(
     target: FakeTarget, names: list[str], native_id: int, running: bool = True
 ) -> tuple[CPythonSession, ThreadStateInfo]:
     """A session that maps no thread, and whose last walk left one orphan under REGS's pthread handle
-    (``CPythonSession._orphaned``): a thread state whose ``native_thread_id`` is ``native_id`` (3.11+),
+    (``ThreadBindings.orphaned``): a thread state whose ``native_thread_id`` is ``native_id`` (3.11+),
     running ``names``, or with its chain emptied unless ``running``. Returns the session and that state."""
     info, _frames = chain(target, names)
     target.put(info.addr + target.layout.thread.native_thread_id, "Q", native_id)
     if not running:
         target.put(info.addr + target.layout.thread.frame, "Q", 0)
     session = session_over(target, info)
-    session._slots, session._orphaned = {}, {REGS.fs_base: ThreadStateInfo(info.addr, 0, REGS.fs_base, native_id, 0)}
+    orphan = ThreadStateInfo(info.addr, 0, REGS.fs_base, native_id, 0)
+    session.bindings.slots, session.bindings.orphaned = {}, {REGS.fs_base: orphan}
     return session, info
 
 
@@ -1527,7 +1532,7 @@ def test_an_exited_threads_orphaned_state_is_not_taken_by_the_next_thread_with_i
     session, _cleared = _over_orphan(target, ["b", "a"], TID + 7, running=False)  # the exited thread's
     assert unmapped(session.capture(TID, REGS)) and session.stats.adopted == 0
     own, _frames = chain(target, ["d", "c"])
-    session.threads = _listed(target, own, newer=0)
+    session.bindings.threads = _listed(target, own, newer=0)
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and stack.tstate == own.addr and session.stats.adopted == 0
 
@@ -1553,8 +1558,8 @@ def test_a_forked_childs_main_thread_idle_on_its_parents_state_is_not_called_unm
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
 def test_a_walk_that_finds_an_adopting_threads_own_state_maps_it_to_that(target):
-    """A thread that took over an orphan (``_adopt``) is mapped to its own state once a walk finds one under
-    its id, though the orphan is still on the lists under its pthread handle."""
+    """A thread that took over an orphan (``ThreadBindings.adopt``) is mapped to its own state once a walk
+    finds one under its id, though the orphan is still on the lists under its pthread handle."""
     t = target.layout.thread
     own, _frames = chain(target, ["b", "a"])
     [orphan] = _other_states(target, 1)  # an id no live thread has
@@ -1563,12 +1568,12 @@ def test_a_walk_that_finds_an_adopting_threads_own_state_maps_it_to_that(target)
     runtime = target.alloc(2048)
     target.put(runtime + target.layout.runtime.interpreters_head, "Q", _linked(target, [own.addr, orphan]))
     session = session_over(target, own)
-    session.interpreter = SimpleNamespace(runtime=runtime)
-    session._ns_tids = {TID: TID}  # the live threads (as a pid namespace of the target's own lists them)
-    session._adopted = {TID: REGS.fs_base}
-    session._rescan(0.0)
-    assert session._orphaned[REGS.fs_base].addr == orphan
-    assert session._slots[TID].info.addr == own.addr and session._slots[TID].ident == TID
+    session.bindings.interpreter = SimpleNamespace(runtime=runtime)
+    session.bindings.ns_tids = {TID: TID}  # the live threads (as a pid namespace of the target's own lists them)
+    session.bindings.adopted = {TID: REGS.fs_base}
+    session.bindings.rescan(0.0)
+    assert session.bindings.orphaned[REGS.fs_base].addr == orphan
+    assert session.bindings.slots[TID].info.addr == own.addr and session.bindings.slots[TID].ident == TID
 
 
 @pytest.mark.parametrize("target", LAYOUTS[2:], indirect=True)
@@ -1578,11 +1583,11 @@ def test_a_slot_taken_over_under_another_id_is_not_kept_for_the_threads_own_stat
     kept, it checked every capture against the orphan's id, and found the state stale each time."""
     own, _frames = chain(target, ["b", "a"])
     session = session_over(target, own)
-    session._slots = {TID: ThreadSlot(TID, own, TID + 7)}  # adopted when the address held TID + 7's state
-    session.threads = _listed(target, own, newer=0)
+    session.bindings.slots = {TID: ThreadSlot(TID, own, TID + 7)}  # adopted when the address held TID + 7's state
+    session.bindings.threads = _listed(target, own, newer=0)
     stack = session.capture(TID, REGS)
     assert stack.status is CaptureStatus.OK and stack.tstate == own.addr and len(stack.frames) == 2, stack
-    assert session._slots[TID].ident == TID
+    assert session.bindings.slots[TID].ident == TID
 
 
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
@@ -1592,7 +1597,7 @@ def test_a_thread_unmapped_before_the_interpreter_has_a_state_asks_for_every_wal
     spent before its state existed, and its next 10-12 samples at 200 Hz had no Python frames."""
     info, _frames = chain(target, ["b", "a"])
     session = session_over(target, info)
-    session._slots = {}
+    session.bindings.slots = {}
     for _ in range(4):
-        session.walks.walked(0.0, complete=True, found_states=False)  # a walk that found nothing
-        assert unmapped(session.capture(TID, REGS)) and session.walks.soon
+        session.bindings.walks.walked(0.0, complete=True, found_states=False)  # a walk that found nothing
+        assert unmapped(session.capture(TID, REGS)) and session.bindings.walks.soon

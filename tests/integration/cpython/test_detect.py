@@ -33,7 +33,7 @@ def test_supported_interpreters_are_detected(interp):
         assert session is not None, agent.last_reason
         assert session.interpreter.version == interp.version
         assert session.layout.source == ("_Py_DebugOffsets" if interp.version >= (3, 13) else "table")
-        assert session.threads.complete and len(session.threads.states) == 1
+        assert session.bindings.threads.complete and len(session.bindings.threads.states) == 1
         functions = session.functions
         assert len(functions.eval) >= 1 and len(functions.glue) > 10
         assert len(functions.gil_wait) >= 1, f"take_gil not found in {functions.source}"
@@ -62,7 +62,7 @@ def test_a_libpython_mapped_to_be_read_is_not_the_interpreter(interp):
         session = agent.detect(TargetProcess(proc.pid))
         assert session is not None, agent.last_reason
         assert session.interpreter.version == interp.version
-        assert session.threads.complete and len(session.threads.states) == 1
+        assert session.bindings.threads.complete and len(session.bindings.threads.states) == 1
 
 
 @pytest.mark.parametrize(
@@ -100,8 +100,8 @@ def test_a_main_thread_that_never_matches_a_thread_state_is_reported(interp):
         assert t.session.notices() == []  # mapped: nothing to say
         # what a wrong layout or mapping left: no thread state for any thread, the walk found none (refresh,
         # between ticks, would map them again; these ticks call none)
-        t.session._slots.clear()
-        t.session.threads = ThreadMap({}, [], [], True)
+        t.session.bindings.slots.clear()
+        t.session.bindings.threads = ThreadMap({}, [], [], True)
         t.session._main_mapped = False
         for _ in range(MAIN_UNMAPPED_NOTICE - 1):
             t.tick()

@@ -40,7 +40,7 @@ def test_threads_map_to_their_chains(interp):
             for capture, stack in t.tick():
                 tid, fs_base = capture.thread.tid, capture.slot.regs.fs_base
                 assert stack is not None, f"thread {tid} has no Python thread state"
-                info = session.thread_state_of(tid, fs_base)
+                info = session.bindings.state_of(tid, fs_base)
                 assert info is not None and info.addr == stack.tstate
                 name = session.thread_name(tid, fs_base)
                 assert name is not None, f"no Python name for thread {tid}: {session.python_thread_names()}"

@@ -675,9 +675,11 @@ def test_dump_blocked_target(interp):
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.12")])
 def test_dump_maps_threads_started_while_it_attached(interp):
-    """Threads living ~5 ms each: every one dump finds running Python code has its Python frames. The
+    """Threads living ~5 ms each: every one dump finds running Python code has its Python frames, whole. The
     thread lists are walked once every thread is held; walked before the attach (when the agent was made),
-    the threads started since showed none (a threaded server: 3-12 of 11-20 threads)."""
+    the threads started since showed none (a threaded server: 3-12 of 11-20 threads). A thread may be held
+    starting or ending, in threading's own code around ``brief_work`` (``Event.set`` in ``_bootstrap_inner``:
+    1 in ~6 runs of this test with a CPU of this machine's two taken by another program)."""
     path = script("brief_threads.py")
     with running_target([interp.path, path], ready_at=2) as target:
         dumps = [run_nprof("dump", "--pid", str(target.pid), "--json") for _ in range(2)]
@@ -690,7 +692,9 @@ def test_dump_maps_threads_started_while_it_attached(interp):
             frames = thread["frames"]
             if "_PyEval_EvalFrameDefault" in [f["name"] for f in frames]:
                 brief += 1
-                assert [f["name"] for f in frames if f["kind"] == "python"][:1] == ["brief_work"], frames
+                python = [(f["name"], f["file"]) for f in frames if f["kind"] == "python"]  # innermost first
+                assert python and python[-1][0].endswith("_bootstrap"), frames  # (qualnames on 3.11+)
+                assert python[0][0] == "brief_work" or python[0][1].endswith("threading.py"), frames
     assert brief >= 2, "the brief threads were dumped"
 
 

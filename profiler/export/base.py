@@ -65,5 +65,4 @@ def infer_format(path: str, requested: str | None) -> Exporter:
 def write(session: Session, path: str, exporter: Exporter, config: ExportConfig) -> None:
     """Render the session in ``exporter``'s format to ``path`` (``atomic.write_output``: ``-`` is standard
     output), piece by piece where the exporter makes it so."""
-    pieces = getattr(exporter, "pieces", None)
-    write_output(path, pieces(session, config) if pieces is not None else exporter.render(session, config))
+    write_output(path, exporter.pieces(session, config))

@@ -76,7 +76,7 @@ class ThreadBindings:
         self.walks.walked(now, threads.complete, bool(threads.states))
         slots: dict[int, ThreadSlot] = {}
         for key, info in threads.by_key.items():
-            slot = slots[key] = self.slot_for(key, info)
+            slot = slots[key] = self._slot_for(key, info)
             slot.tid = 0  # this walk found the state live under this key: whichever thread has it now
         self.orphaned = self._orphaned_states(threads)
         for tid, handle in list(self.adopted.items()):
@@ -84,7 +84,7 @@ class ThreadBindings:
             if info is None:
                 del self.adopted[tid]
             elif tid not in slots:  # (a thread whose own state this walk found keeps it)
-                slots[tid] = self.slot_for(tid, info, info.native_thread_id)
+                slots[tid] = self._slot_for(tid, info, info.native_thread_id)
         if not threads.complete:
             # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
             # every thread state's identity anyway, and the next walk comes soon
@@ -102,7 +102,7 @@ class ThreadBindings:
         live = set(self.ns_tids.values()) if self.ns_tids is not None else set(list_threads(self.process.pid))
         return orphaned_states(threads, live)
 
-    def slot_for(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> ThreadSlot:
+    def _slot_for(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> ThreadSlot:
         """The slot of ``key`` for the thread state ``info``: the one it has if that is for the same state
         under the same id (its read plan goes on), else a new one (``ident``: ``ThreadSlot.ident``). Thread
         states are freed and allocated at the same few addresses: a slot adopted for another thread's id
@@ -161,9 +161,7 @@ class ThreadBindings:
             return None
         self.stats.found_new += 1
         self.walks.found_new()
-        slot = self.slots[key] = self.slot_for(key, info)
-        slot.tid = tid
-        return slot
+        return self._bind(key, info, tid)
 
     def adopt(self, tid: int, regs: object) -> ThreadSlot | None:
         """In the stop of a thread with no thread state under its tid (3.11+): the orphaned state that has
@@ -187,7 +185,12 @@ class ThreadBindings:
             return None
         self.stats.adopted += 1
         self.adopted[tid] = info.thread_id
-        slot = self.slots[tid] = self.slot_for(tid, info, info.native_thread_id)
+        return self._bind(tid, info, tid, info.native_thread_id)
+
+    def _bind(self, key: int, info: ThreadStateInfo, tid: int, ident: int | None = None) -> ThreadSlot:
+        """The slot of ``key`` for ``info`` (``_slot_for``), kept, and bound to OS thread ``tid`` until the
+        next walk (``bound_slot``)."""
+        slot = self.slots[key] = self._slot_for(key, info, ident)
         slot.tid = tid
         return slot
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
@@ -843,6 +844,19 @@ def test_a_program_holding_copies_of_python_s_objects_has_its_python_frames(inte
     assert total > 0 and hosted >= 0.95 * total, f"{hosted} of {total} samples show host_calls_python -> {chain}"
 
 
+def _record_forking_host(
+    interp: Interpreter, forking_host: str, out: str, args: list[str], container: Sequence[str] = ()
+) -> subprocess.CompletedProcess:
+    """``nprof record --subprocesses`` of ``forking_host`` over the interpreter's libpython (skipped where it
+    has none), its ``args`` after the libpython's path, run under ``container`` (``unshare ...``)."""
+    libpython = _shared_libpython(interp)
+    if libpython is None:
+        pytest.skip(f"{interp.path} is not built with --enable-shared")
+    prefix = os.path.dirname(os.path.dirname(interp.path))
+    return run_nprof("record", "--subprocesses", "-r", "200", "-o", out, "--", *container, "env",
+                     f"PYTHONHOME={prefix}", forking_host, libpython, *args)  # fmt: skip
+
+
 @pytest.mark.parametrize("namespace", [False, True], ids=["its-parent-s-pid-namespace", "own-pid-namespace"])
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.11", "3.13")])
 def test_a_child_forked_without_the_interpreter_s_after_fork_has_its_python_frames(
@@ -855,18 +869,13 @@ def test_a_child_forked_without_the_interpreter_s_after_fork_has_its_python_fram
     which the child's thread shares with the parent's (3.8 maps threads so anyway); in a container's pid
     namespace too. The child spins in C first, on that state with an empty chain, which is not taken over
     until it runs Python."""
-    libpython = _shared_libpython(interp)
-    if libpython is None:
-        pytest.skip(f"{interp.path} is not built with --enable-shared")
     container: list[str] = []
     if namespace:
         if os.geteuid() != 0 or shutil.which("unshare") is None:
             pytest.skip("unshare -p needs root")
         container = ["unshare", "-p", "-f", "--mount-proc"]
-    prefix = os.path.dirname(os.path.dirname(interp.path))
     out = str(tmp_path / "forked.speedscope.json")
-    result = run_nprof("record", "--subprocesses", "-r", "200", "-o", out, "--", *container, "env",
-                       f"PYTHONHOME={prefix}", forking_host, libpython, "1.5", "0.3")  # fmt: skip
+    result = _record_forking_host(interp, forking_host, out, ["1.5", "0.3"], container)
     assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     assert "matched none" not in result.stderr, result.stderr
     [child] = [p for p in read_speedscope(out) if any("child_calls_python" in s for s in p.stacks)]
@@ -881,13 +890,8 @@ def test_a_forked_child_that_runs_no_python_is_not_reported_as_unmatched(interp,
     """A child forked as above that only runs C (a uWSGI worker between requests) runs its parent's thread
     state with an empty chain, and none of its own: nothing to take over, and no notice that its main
     thread matched no thread state, which calls that a bug of nprof's."""
-    libpython = _shared_libpython(interp)
-    if libpython is None:
-        pytest.skip(f"{interp.path} is not built with --enable-shared")
-    prefix = os.path.dirname(os.path.dirname(interp.path))
     out = str(tmp_path / "forked.speedscope.json")
-    result = run_nprof("record", "--subprocesses", "-r", "200", "-o", out, "--", "env", f"PYTHONHOME={prefix}",
-                       forking_host, libpython, "-", "1")  # fmt: skip
+    result = _record_forking_host(interp, forking_host, out, ["-", "1"])
     assert result.returncode == 0 and "Traceback (most recent call last)" not in result.stderr, result.stderr
     assert any("child_spins_in_c" in s for p in read_speedscope(out) for s in p.stacks)
     assert "matched none" not in result.stderr, result.stderr

@@ -9,6 +9,7 @@ exception or a hang.
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 from types import SimpleNamespace
 
@@ -903,16 +904,12 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     session.codes = CodeCache(target.read, target.layout.code, target.layout.objects, TYPES)
     session._copier = ChainCopier(target.layout, runtime=target.runtime)
     session._reader = ScatterReader(1, capacity=4 << 20)
-    session.process = SimpleNamespace(read=target.read)
-    session.bindings = bindings = object.__new__(ThreadBindings)
-    bindings.process, bindings.layout, bindings.stats = session.process, target.layout, session.stats
-    bindings.interpreter = SimpleNamespace(runtime=target.runtime)
-    bindings.native_keys = session._copier.native_keys
-    bindings.ns_tids = None  # the target is in nprof's pid namespace
+    session.process = SimpleNamespace(pid=os.getpid(), read=target.read)  # (in nprof's pid namespace)
+    interpreter = SimpleNamespace(layout=target.layout, runtime=target.runtime)
+    bindings = session.bindings = ThreadBindings(session.process, interpreter, session._copier.native_keys,
+                                                 session.stats)  # fmt: skip
     bindings.slots = {TID: ThreadSlot(TID, info)}
-    bindings.orphaned, bindings.adopted = {}, {}
     bindings.threads = ThreadMap({}, [], [], True)  # no walk: no search for a thread's state in its stop
-    bindings.walks = WalkSchedule()
     bindings.main_tid, session._main_mapped = TID, False
     session._code_adaptive = target.layout.code.code_adaptive or 0
     session._locals = LocalsReader(target.read, target.layout, TYPES)

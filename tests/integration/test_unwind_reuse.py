@@ -20,8 +20,8 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.sampling.stacks import dwarf_registers
 from profiler.target.process import TargetProcess
 from profiler.target.tracer import Tracer
-from profiler.unwind.address_space import AddressSpace
 from profiler.unwind import reuse
+from profiler.unwind.address_space import AddressSpace
 from profiler.unwind.policy import NativeUnwinder
 from profiler.unwind.stack import StackWindow
 from tests.integration.test_record_cfi import DEPTH

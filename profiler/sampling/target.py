@@ -128,6 +128,12 @@ class Target:
                     self.snapshot, self.settle = snapshot, settle
                 self.holds_gil = getattr(session, "holds_gil", None)
                 self.detect_until = 0.0
+                # what was asked of native frames before there was an agent to answer: "not an anchor" for
+                # every eval loop sampled while a spawned interpreter started, kept for the rest of the
+                # recording, put each later sample's Python frames above its native leaf (docs/decisions/
+                # python-anchoring.md)
+                self._flags.clear()
+                self._bases.clear()
                 if self.dormancy is not None:
                     self.dormancy.wake_all()  # (their deferred samples are counted with their old stacks)
                 for record in self.records or ():  # sampled before the runtime was found: no frames of it

@@ -155,7 +155,7 @@ def _copied_into_program(
     if program is None or program.path == interpreter.path:
         return {}
     try:
-        obj = objects.open(process.mapped_file_path(program), display_path=program.path)
+        obj = objects.open(process.mapped_file_path(program), program.path, process.root_path)
     except BinaryError:
         return {}
     bias = obj.elf.bias_for(program.start, program.offset, program.executable)
@@ -181,7 +181,7 @@ def locate(process: TargetProcess, objects: ObjectFileCache) -> Interpreter:
     if mapping is None:
         raise DetectError("no libpython or python executable mapped: not a CPython process")
     try:
-        obj = objects.open(process.mapped_file_path(mapping), display_path=mapping.path)
+        obj = objects.open(process.mapped_file_path(mapping), mapping.path, process.root_path)
     except BinaryError as e:
         raise DetectError(f"cannot read the interpreter binary: {e}") from e
     svma = _runtime_svma(obj)

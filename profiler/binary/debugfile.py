@@ -62,13 +62,20 @@ def find_debug_file(
     debuglink: tuple[str, int] | None,
     root: str = "/",
     debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DIRS,
+    target_root: str | None = None,
 ) -> str | None:
     """The host path of the debug file of the file the target sees at ``path``, or None.
 
-    ``root`` is the prefix that makes a target path openable here (``/proc/PID/root`` or ``/``). The
-    caller should still check that the debug file's build-id matches, when there is one.
+    ``root`` is the prefix that makes a target path openable here (``/proc/PID/root`` or ``/``).
+    ``target_root``: the target's own root directory (``/proc/PID/root``), looked in after ``root`` where it
+    differs: a chroot'ed process's maps name its files by their paths here (the chroot's directory
+    included), so ``root`` is ``/``, and its debug packages are installed under its own root. The caller
+    should still check that the debug file's build-id matches, when there is one.
     """
-    roots = [root] if os.path.normpath(root) == "/" else [root, "/"]
+    roots = [root]
+    for extra in (target_root, "/"):
+        if extra is not None and all(os.path.normpath(extra) != os.path.normpath(r) for r in roots):
+            roots.append(extra)
     own = _host(root, path)
     for r in roots:
         for candidate in build_id_paths(build_id, debug_dirs) if build_id else []:

@@ -62,6 +62,9 @@ class ObjectFile:
         self.path = elf.path
         self.build_id = elf.build_id
         self.root = root
+        #: the root directory of the first target seen mapping the file (``/proc/PID/root``), where its debug
+        #: files may be installed when ``root`` is not it (``debugfile.find_debug_file``); None: this system's
+        self.target_root: str | None = None
         #: whether ``root`` was this system's root directory when the file was opened: its path then names
         #: a file of this system's packages. Known now, for /proc/PID/root of a target that has exited by
         #: the end of the recording (when ``symbolize/missing.py`` asks) can no longer be looked at.
@@ -93,7 +96,7 @@ class ObjectFile:
                 link = self.elf.debuglink
             except BinaryError:
                 link = None
-            path = find_debug_file(self.path, self.build_id, link, self.root)
+            path = find_debug_file(self.path, self.build_id, link, self.root, target_root=self.target_root)
             if path is not None:
                 try:
                     debug = ElfFile(path)
@@ -306,8 +309,9 @@ class ObjectFileCache:
         self._by_bytes: dict[tuple[str, bytes], ObjectFile] = {}
         self._lock = threading.Lock()
 
-    def open(self, host_path: str, display_path: str | None = None) -> ObjectFile:
-        """Open ``host_path`` (a path valid in nprof's namespace); raise BinaryError if unusable."""
+    def open(self, host_path: str, display_path: str | None = None, target_root: str | None = None) -> ObjectFile:
+        """Open ``host_path`` (a path valid in nprof's namespace); raise BinaryError if unusable.
+        ``target_root``: the root directory of the process that maps it (``/proc/PID/root``)."""
         try:
             st = os.stat(host_path)
         except OSError as e:
@@ -323,6 +327,8 @@ class ObjectFileCache:
                 elf = ElfFile(host_path, display_path=display_path)
                 root = _root_of(host_path, display_path)
                 obj = ObjectFile(elf, root, (st.st_size, st.st_mtime_ns), self.unwind_cache)
+                if target_root is not None and not same_root_directory(target_root):
+                    obj.target_root = target_root
             except BinaryError as e:
                 self._failed[key] = e
                 raise

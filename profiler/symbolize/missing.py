@@ -85,7 +85,8 @@ def _why(path: str, obj: ObjectFile | None) -> str:
     if not _stripped(obj):
         return f"no symbol of {path} covers them"
     build_id = f" for build-id {obj.build_id}" if obj.build_id else ""
-    return f"{path} is stripped and no debug file{build_id} was found under /usr/lib/debug"
+    where = "/usr/lib/debug, in this system's root and the target's" if obj.target_root else "/usr/lib/debug"
+    return f"{path} is stripped and no debug file{build_id} was found under {where}"
 
 
 def _debug_packages(objects: list[ObjectFile]) -> dict[str, str]:

@@ -151,6 +151,12 @@ class TargetProcess:
 
     # --- views ------------------------------------------------------------------------------------------
 
+    @property
+    def root_path(self) -> str:
+        """The process's root directory as nprof opens it: ``/proc/PID/root`` (its chroot, its container's
+        file system)."""
+        return f"/proc/{self.pid}/root"
+
     def host_path(self, path: str) -> str:
         """Open a path from the target's maps in nprof's namespace (via /proc/PID/root)."""
         return procfs.target_path(self.pid, path)

@@ -208,7 +208,7 @@ class AddressSpace:
                 return self.cache.from_bytes(data, "[vdso]") if data else None
             if not m.path.startswith("/"):
                 return None
-            return self.cache.open(self.process.mapped_file_path(m), display_path=m.path)
+            return self.cache.open(self.process.mapped_file_path(m), m.path, self.process.root_path)
         except BinaryError as e:
             self.registry.errors[m.path] = str(e)
             return None

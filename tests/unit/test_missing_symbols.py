@@ -30,7 +30,7 @@ def object_file(symtab: bool) -> SimpleNamespace:
     """What the notice reads of an ObjectFile; a root that is not nprof's keeps dpkg out of it."""
     sections = {".symtab": None} if symtab else {}
     return SimpleNamespace(path="/usr/lib/libx.so.1", root="/nonexistent", in_system_root=False, build_id="ab12",
-                           elf=SimpleNamespace(sections=sections))  # fmt: skip
+                           target_root=None, elf=SimpleNamespace(sections=sections))  # fmt: skip
 
 
 def test_the_share_counts_samples_that_ran_not_idle_ones():

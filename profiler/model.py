@@ -188,6 +188,11 @@ class UnwoundStack:
     stop: StopReason
     #: with OTHER_STACK: the stack pointer of the interrupted code, on the stack that was not copied
     other_sp: int = 0
+    #: ``sps[i]``: the stack pointer of ``frames[i]`` (rsp while it ran; for a caller, the CFA of the frame it
+    #: called), so frame ``i`` owns the stack bytes ``[sps[i], sps[i + 1])``. It may hold one more entry than
+    #: ``frames`` (the iteration that ended the walk). Where a runtime keeps a record on the C stack of each
+    #: of its eval-loop activations, this says which native frame holds it (``sampling/anchoring.py``)
+    sps: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

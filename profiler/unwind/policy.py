@@ -168,7 +168,13 @@ class NativeUnwinder:
         sp = regs[DW_RSP] or 0
         method = UnwindMethod.IP
         exact = True  # look the pc up as is: innermost frame, or interrupted by a signal
+        # each iteration's stack pointer, the stack pointer of the frame it appends: a logged walk's are its
+        # log's (``WalkLog.note``, and those of the frames it takes over), an unlogged walk notes its own
+        sps: list[int] = log.sps if log is not None else []
+        note_sp = sps.append if log is None else None
         while True:
+            if note_sp is not None:
+                note_sp(sp)
             if log is not None:
                 state = (regs, method, exact)
                 j = previous.find(sp) if previous is not None else None
@@ -186,11 +192,11 @@ class NativeUnwinder:
             entry: ModuleEntry | None = None
             if hit is None:
                 if frames:
-                    return UnwoundStack(frames, StopReason.PC_OUTSIDE_MODULE)
+                    return UnwoundStack(frames, StopReason.PC_OUTSIDE_MODULE, 0, sps)
                 append(_new_frame(NativeFrame, (-1, pc, pc, method)))  # JIT or anonymous code: frame pointers
             else:
                 if len(frames) >= max_frames:
-                    return UnwoundStack(frames, StopReason.DEPTH_LIMIT)
+                    return UnwoundStack(frames, StopReason.DEPTH_LIMIT, 0, sps)
                 module_id, bias, rule, entry = hit
                 if rule is None and not exact and entry.obj is not None:
                     entered = self._entered
@@ -212,14 +218,14 @@ class NativeUnwinder:
             if caller.__class__ is StopReason:
                 if caller in _LOST_STACK and not window.contains(sp) and _past_signal(frames):
                     # on another stack than the one copied: --stack-bytes would not help
-                    return UnwoundStack(frames, StopReason.OTHER_STACK, sp)
-                return UnwoundStack(frames, caller)  # type: ignore[arg-type]
+                    return UnwoundStack(frames, StopReason.OTHER_STACK, sp, sps)
+                return UnwoundStack(frames, caller, 0, sps)  # type: ignore[arg-type]
             pc, new_sp = caller[DW_RA], caller[DW_RSP]  # type: ignore[index]
             if not pc or pc < MIN_PC:
-                return UnwoundStack(frames, StopReason.END_OF_STACK if not pc else StopReason.BAD_FRAME)
+                return UnwoundStack(frames, StopReason.END_OF_STACK if not pc else StopReason.BAD_FRAME, 0, sps)
             if new_sp is None or (new_sp <= sp and method is not _SIGNAL):
                 if not (new_sp == sp and len(frames) == 1 and rule is not None and _ra_in_register(rule)):
-                    return UnwoundStack(frames, StopReason.NO_PROGRESS)
+                    return UnwoundStack(frames, StopReason.NO_PROGRESS, 0, sps)
             sp = new_sp
             regs = caller  # type: ignore[assignment]
 

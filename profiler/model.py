@@ -109,11 +109,16 @@ class SyntheticFrame(enum.IntEnum):
     #: that walk's outermost frame: without it, ``inv (_linalg.py)`` read as calling OpenBLAS's
     #: ``dgetrf_parallel`` itself, its callers in between not unwound (numpy on 3.11, a sweep)
     NATIVE_CUT = 2
+    #: between the native frames and runtime frames that could not be placed among them (no eval-loop
+    #: activation found for them by address or by name): the runtime frames sit above the native leaf,
+    #: where they did not run, and this says so instead of presenting the stack as a real one
+    UNANCHORED = 3
 
 
 SYNTHETIC_LABELS = {
     SyntheticFrame.NATIVE_ONLY: "[native code, no Python frame: --native shows it]",
     SyntheticFrame.NATIVE_CUT: "[native frames not unwound]",
+    SyntheticFrame.UNANCHORED: "[unanchored]",  # the end of a recording says what it means (notices.py)
 }
 
 

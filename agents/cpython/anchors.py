@@ -92,6 +92,9 @@ class InterpreterFunctions:
         glue: list[tuple[int, int]] = []
         gil: list[tuple[int, int]] = []
         self.source = symbols.source if symbols is not None else "none"
+        #: every function is named, split parts (``.cold``) and static ones included: a full ``.symtab`` (the
+        #: file's or a debug file's), or ``.dynsym`` with MiniDebugInfo's functions; not ``.dynsym`` alone
+        self.complete = self.source.endswith(".symtab") or self.source.startswith(".dynsym+")
         if symbols is not None:
             names = symbols.function_names()
             starts, ends = symbols.addrs.tolist(), symbols.ends.tolist()

@@ -19,6 +19,7 @@ from agents.cpython.layout import FrameKind, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader
 from agents.cpython.threads import ThreadStateInfo
+from profiler.model import RuntimeFrame
 
 MAX_FRAMES = 4096  #: the reference's bound (py-spy's too); a deeper chain is cut and counted
 #: how far up the C stack an eval loop's ``_PyCFrame.previous`` may be from its own: the enclosing eval loop
@@ -65,7 +66,7 @@ class StackCapture:
     ``owner | is_entry << 8`` (0 on <=3.10) and a shim's code is 0."""
 
     __slots__ = ("tid", "tstate", "status", "holds_gil", "addrs", "values", "code_headers", "raw",
-                 "code_keys", "key", "late_codes", "_copier", "_frames")  # fmt: skip
+                 "code_keys", "key", "late_codes", "cframe", "decoded", "_copier", "_frames")  # fmt: skip
 
     #: a capture made in the stop has nothing for the tracer to copy with the stack window (runtime.py)
     co_read = None
@@ -87,6 +88,11 @@ class StackCapture:
         #: a snapshot's walk: the code objects whose headers the snapshot does not hold (``settle`` reads
         #: them after resume and accepts only known identities; their ``code_headers`` stay -1)
         self.late_codes: list[int] = []
+        #: 3.11/3.12: ``tstate->cframe``, the running eval loop's ``_PyCFrame`` on the C stack (``marks.py``)
+        self.cframe = 0
+        #: after ``CPythonSession.frames``: the runtime frames it returned, and the index in ``frames`` of
+        #: each (those it added itself, past the end, have none)
+        self.decoded: tuple[list[RuntimeFrame], list[int]] | None = None
         self._copier = copier
         self._frames: list[tuple[int, int, int, int]] | None = None
 
@@ -195,7 +201,7 @@ class ChainCopier:
             # with the frames, not the fixed reads, so that a plan keeps the places it was seen at before
             # (plan.next_ranges), as it keeps frames: the C stack stays mapped while the thread lives.
             cframe.append((frame, self.cframe_size))
-            current = frame
+            current = out.cframe = frame
             off = reader.get(frame, self.cframe_size) if 4096 <= frame < USER_LIMIT else -1
             frame = reader.u64(off + self.cframe_offset) if off >= 0 else 0
             seen: set[int] = set()

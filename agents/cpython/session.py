@@ -36,6 +36,7 @@ from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
+from agents.cpython.marks import ActivationMarks
 from agents.cpython.scatter import ScatterReader
 from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadNames
@@ -43,6 +44,7 @@ from agents.cpython.threads import innermost_frame
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
 from profiler.target.process import TargetProcess
+from profiler.unwind.stack import StackWindow
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
 NAMES_MAX_AGE = 2.0
@@ -112,6 +114,7 @@ class CPythonSession:
             process.read, self.layout.code, self.layout.objects, interpreter.types, read_ranges=self._read_ranges
         )
         self.functions = InterpreterFunctions(interpreter.obj.symbols, interpreter.bias)
+        self._marks = ActivationMarks(self.layout)
         self._copier = ChainCopier(self.layout, interpreter.runtime)
         #: which thread state each OS thread runs (``binding.py``)
         self.bindings = ThreadBindings(process, interpreter, self._copier.native_keys, self.stats)
@@ -369,7 +372,8 @@ class CPythonSession:
             else:
                 self.stats.unreadable += 1
             return []
-        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.by_key)
+        sources: list[int] = []
+        frames, cut = decode_frames(capture, self.layout.frame, self._code_adaptive, self.codes.by_key, sources)
         if cut and not status.truncated:
             self.stats.truncated += 1
         elif status == CaptureStatus.TRUNCATED_DEPTH and not cut:
@@ -392,7 +396,18 @@ class CPythonSession:
                 frames[-1] = frames[-1]._replace(entry=True)
                 frames.append(RuntimeFrame(OUTER_KEY, -1, True, rest=True))
                 self.stats.nested += 1
+        capture.decoded = (frames, sources)
         return frames
+
+    def activations(self, capture: StackCapture | None, stack: StackWindow) -> list[int]:
+        """After ``frames(capture)``, which it takes the frames of: per group of those frames (innermost
+        first, as the merge groups them), the address on the C stack of the record its eval-loop activation
+        keeps there, 0 where none is known (``marks.py``); empty before 3.11, where names alone place
+        them."""
+        if capture is None or capture.decoded is None or not self._marks.known:
+            return []
+        frames, sources = capture.decoded
+        return self._marks.of(capture, frames, sources, stack)
 
     def locals(self, capture: StackCapture | None) -> list[list[tuple[str, str]]]:
         """(name, value text) of each Python frame's bound locals: one entry per frame of ``frames(capture)``
@@ -490,6 +505,12 @@ class CPythonSession:
     def is_anchor(self, frame: NativeFrame) -> bool:
         """``_PyEval_EvalFrameDefault`` (and its split parts) of this interpreter."""
         return self.functions.is_anchor(frame)
+
+    @property
+    def anchors_complete(self) -> bool:
+        """The interpreter's symbols name every part of its eval loop (a full symbol table: its own, a
+        debug file's or MiniDebugInfo's), so ``is_anchor`` can check a placement by address."""
+        return self.functions.complete
 
     def is_interpreter_frame(self, frame: NativeFrame) -> bool:
         """The eval loop and the call glue between it and a C function (for ``--hide-interpreter``)."""

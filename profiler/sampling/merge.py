@@ -1,12 +1,19 @@
-"""Interleave runtime frames (Python) with native frames at the eval-loop anchors. A pure function.
+"""Interleave runtime frames (Python) with native frames at the eval-loop activations. A pure function.
 
 Both stacks are read innermost first. Runtime frames form *groups*: the frames one native eval-loop
-activation runs, ending at (and including) the frame marked ``entry``. Native frames the agent calls
-*anchors* (``_PyEval_EvalFrameDefault``) are the activations. Pairing the i-th group with the i-th anchor
-puts every Python frame right inward of the C frame that executes it, so Python -> C -> Python reads in
-true call order.
+activation runs, ending at (and including) the frame marked ``entry``. Pairing each group with the native
+frame of its activation puts every Python frame right inward of the C frame that executes it, so
+Python -> C -> Python reads in true call order.
 
-When the counts disagree (``../shared/reference/cpython-internals.md`` sections 2.6 and 4.3):
+**By address first.** Where the runtime keeps a record of each activation on the C stack (CPython 3.11+),
+``anchoring.place`` has found the native frame holding each group's record: ``placed``. Groups placed
+there are paired with those frames whatever the frames are called; groups without a record (a 3.11 record
+outside the copied stack) take the frames named as anchors between their placed neighbours. Records in
+the wrong order, or in no frame, leave the sample to the names.
+
+**By name otherwise** (CPython 3.8-3.10, which keeps no such record): native frames the agent calls
+*anchors* (``_PyEval_EvalFrameDefault``) are the activations, paired with the groups in order. When the
+counts disagree (``../shared/reference/cpython-internals.md`` sections 2.6 and 4.3):
 
 * one anchor more than groups: an activation that has not pushed its first frame yet (or has just popped
   its last). The surplus is the innermost anchor; pair the rest from the outside.
@@ -21,18 +28,19 @@ When the counts disagree (``../shared/reference/cpython-internals.md`` sections 
 * more anchors than groups, the outermost group standing for frames not read (``RuntimeFrame.rest``: a
   subinterpreter's code run from an older interpreter's, whose frames run in the outer activations): pair
   from the inside; the outer anchors left keep no group.
-* anything else: keep every frame, Python frames on top of the native ones (DESIGN.md section 4), and
-  report the mismatch so it is counted. A sample is never dropped.
+* anything else: the groups cannot be placed. Every frame is kept, the Python frames above the native
+  ones with an ``UNANCHORED`` marker between, so that no output presents them as having run there, and the
+  outcome is counted (DESIGN.md section 4). A sample is never dropped.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-
 from typing import NamedTuple
 
 from profiler.model import NativeFrame, RuntimeFrame, SyntheticFrame
+from profiler.sampling.anchoring import BEYOND, UNKNOWN
 
 
 class Marker(NamedTuple):
@@ -43,6 +51,8 @@ class Marker(NamedTuple):
 
 #: where native frames were not unwound, between a truncated native stack and the Python frames below it
 CUT = Marker(SyntheticFrame.NATIVE_CUT)
+#: between the native stack and Python frames that could not be placed in it
+UNANCHORED = Marker(SyntheticFrame.UNANCHORED)
 
 Frame = NativeFrame | RuntimeFrame | Marker
 
@@ -52,9 +62,12 @@ class MergeOutcome(enum.IntEnum):
     EXACT = 1  #: one group per anchor
     SURPLUS_ANCHOR = 2  #: one anchor without a group, tolerated
     TRUNCATED_NATIVE = 3  #: native walk ended early; outer groups placed below it
-    MISMATCH = 4  #: counts disagree; runtime frames put on top of the native stack
+    UNANCHORED = 4  #: no activation found for the groups: runtime frames above the native stack, marked
     REST = 5  #: the outermost group stands for frames not read, of the outer anchors left: paired from inside
     OTHER_STACK = 6  #: the anchors outward of a coroutine's stack base run another coroutine: paired from inside
+    PLACED = 7  #: every group paired with its activation by address (``anchoring.py``)
+    #: by address, the outer groups' activations beyond a native walk that ended early: placed below it
+    PLACED_TRUNCATED = 8
 
 
 def group_runtime(runtime: Sequence[RuntimeFrame]) -> list[list[RuntimeFrame]]:
@@ -79,13 +92,87 @@ def merge(
     runtime: Sequence[RuntimeFrame],
     native_complete: bool,
     is_base: Callable[[int], bool] | None = None,
+    placed: Sequence[int] = (),
 ) -> tuple[list[Frame], MergeOutcome]:
-    """Interleave; ``anchors[i]`` says whether ``native[i]`` is an eval-loop anchor. Innermost first.
-    ``is_base(i)``: whether ``native[i]`` is a coroutine's stack base (asked only of the frames between two
-    anchors, when there are more anchors than groups)."""
+    """Interleave; ``anchors[i]`` says whether ``native[i]`` is an eval-loop anchor by name, ``placed[g]``
+    the native frame holding group ``g``'s activation record (``anchoring.place``; empty: none known).
+    Innermost first. ``is_base(i)``: whether ``native[i]`` is a coroutine's stack base (asked only of the
+    frames between two anchors, when there are more anchors than groups)."""
     groups = group_runtime(runtime)
     if not groups:  # none, or only shims: a 3.12+ thread caught between an eval loop's entry and its frame
         return list(native), MergeOutcome.NO_RUNTIME
+    if len(placed) == len(groups) and any(p != UNKNOWN for p in placed):
+        by_address = _by_address(groups, placed, anchors, len(native))
+        if by_address is not None:
+            paired, below = by_address
+            if not below:
+                return _interleave(native, paired, []), MergeOutcome.PLACED
+            if not native_complete:
+                rest: list[Frame] = [CUT, *(frame for group in below for frame in group)]
+                return _interleave(native, paired, rest), MergeOutcome.PLACED_TRUNCATED
+    return _by_name(native, anchors, groups, native_complete, is_base)
+
+
+def _by_address(
+    groups: list[list[RuntimeFrame]], placed: Sequence[int], anchors: Sequence[bool], n_native: int
+) -> tuple[dict[int, list[RuntimeFrame]], list[list[RuntimeFrame]]] | None:
+    """Groups paired with native frames by their activations' records; a run of groups without one takes
+    the anchors by name between its placed neighbours, as many as it has groups (one more where the run is
+    the innermost: an activation not entered yet), or, outermost, the frames not unwound (``BEYOND``).
+    Returns (native index -> group, the outer groups beyond the walk), or None where the records cannot
+    be trusted: out of order, in no frame (``NOWHERE``), or a run the names do not fill."""
+    paired: dict[int, list[RuntimeFrame]] = {}
+    n = len(groups)
+    lowest = -1  # the native frame of the group placed last, inward of the next
+    g = 0
+    while g < n:
+        at = placed[g]
+        if at >= 0:
+            if at <= lowest:
+                return None  # two groups in one frame, or in the wrong order
+            paired[at] = groups[g]
+            lowest = at
+            g += 1
+            continue
+        if at == BEYOND:
+            if any(p >= 0 for p in placed[g:]):
+                return None  # a group inward of one beyond the walk
+            return paired, groups[g:]
+        if at != UNKNOWN:
+            return None
+        h = g  # the run of groups g..h-1 without a record
+        while h < n and placed[h] == UNKNOWN:
+            h += 1
+        bound = placed[h] if h < n and placed[h] >= 0 else n_native
+        found = [i for i in range(lowest + 1, bound) if anchors[i]]
+        want = h - g
+        if len(found) == want + 1 and g == 0:
+            found = found[1:]  # the innermost activation has no frame yet
+        if len(found) > want and h == n and groups[-1][-1].rest:
+            found = found[:want]  # the outermost group stands for the frames of the outer activations
+        if len(found) != want:
+            if h < n and placed[h] != BEYOND or len(found) > want:
+                return None
+            # outermost run, fewer anchors than groups: the rest lie beyond the walk (the caller checks
+            # that it ended early)
+            for i, group in zip(found, groups[g:h]):
+                paired[i] = group
+            return paired, groups[g + len(found):]
+        for i, group in zip(found, groups[g:h]):
+            paired[i] = group
+        lowest = found[-1] if found else lowest
+        g = h
+    return paired, []
+
+
+def _by_name(
+    native: Sequence[NativeFrame],
+    anchors: Sequence[bool],
+    groups: list[list[RuntimeFrame]],
+    native_complete: bool,
+    is_base: Callable[[int], bool] | None,
+) -> tuple[list[Frame], MergeOutcome]:
+    """The merge by the anchors' names alone (the module docstring)."""
     anchor_at = [i for i, is_anchor in enumerate(anchors) if is_anchor]
     n_anchor, n_group = len(anchor_at), len(groups)
     if n_anchor == n_group:
@@ -102,7 +189,7 @@ def merge(
         rest: list[Frame] = [CUT, *(frame for group in groups[n_anchor:] for frame in group)]
         return _interleave(native, paired, rest), MergeOutcome.TRUNCATED_NATIVE
     flat: list[Frame] = [frame for group in groups for frame in group]
-    return flat + list(native), MergeOutcome.MISMATCH
+    return [*flat, UNANCHORED, *native], MergeOutcome.UNANCHORED
 
 
 def _interleave(

@@ -18,6 +18,7 @@ from profiler.model import (
     SyntheticFrame,
     UnwoundStack,
 )
+from profiler.sampling.anchoring import UNKNOWN, place
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.session import Session
 from profiler.sampling.target import Target, ThreadState
@@ -27,6 +28,11 @@ from profiler.unwind.sigframe import interrupted_registers
 from profiler.unwind.stack import StackWindow
 
 FrameKeys = tuple[tuple[int, int, int, int], ...]
+#: merges that put every frame where it ran: counted by no counter
+_EXACT = frozenset({MergeOutcome.EXACT, MergeOutcome.PLACED, MergeOutcome.NO_RUNTIME, MergeOutcome.REST,
+                    MergeOutcome.OTHER_STACK})  # fmt: skip
+#: merges made by the activations' records (``anchoring.py``), or by nothing
+_NOT_BY_NAME = frozenset({MergeOutcome.PLACED, MergeOutcome.PLACED_TRUNCATED, MergeOutcome.UNANCHORED})
 
 
 def dwarf_registers(capture: Capture) -> list[int]:
@@ -57,22 +63,26 @@ class StackRecorder:
         self._track_stack_mapping(target, capture.thread, r.rsp)
         native: list[NativeFrame] = []
         stop = StopReason.NO_STACK_COPY
+        placed: tuple[int, ...] = ()
+        runtime = self._runtime_frames(target, capture)
         if self.native:
             if capture.stack_len < 0:
                 session.count("stack_read_errors")
-            unwound = self.unwind(target, capture)
+            window = _window(capture)
+            unwound = self.unwind(target, capture, window)
             native, stop = unwound.frames, unwound.stop
             if stop is StopReason.WINDOW_EXHAUSTED:
                 self._widen(capture.thread)
-        runtime = self._runtime_frames(target, capture)
-        memo_key = (tuple(native), tuple(runtime), stop)
+            if runtime and target.activations is not None:
+                placed = self._place(target, capture, window, unwound, len(runtime))
+        memo_key = (tuple(native), tuple(runtime), stop, placed)
         hit = target.stack_memo.get(memo_key)
         if hit is None:
-            hit = self._stack_id(target, native, runtime, stop)
+            hit = self._stack_id(target, native, runtime, stop, placed)
             target.stack_memo.put(memo_key, hit, len(native) + len(runtime))
-        sid, in_gil_wait, outcome = hit
-        if outcome is not None:
-            session.count(outcome)
+        sid, in_gil_wait, counted = hit
+        for counter in counted:
+            session.count(counter)
         if cls is not SampleClass.IDLE:  # (a job-control stop: neither waiting nor holding)
             if in_gil_wait:
                 cls = SampleClass.GIL_WAIT
@@ -81,13 +91,13 @@ class StackRecorder:
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
 
-    def unwind(self, target: Target, capture: Capture) -> UnwoundStack:
+    def unwind(self, target: Target, capture: Capture, window: StackWindow | None = None) -> UnwoundStack:
         """The native frames of one capture. A walk that went past a signal frame onto a stack not copied
         learns that it is the thread's own (``_learn_home_stack``): its next copies take it too. The walk is
         kept under the thread's key, so that its next one takes over its outer frames (``unwind/reuse.py``):
         a dump's held walks take over those of its brief stops before the hold (``learn``)."""
-        home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
-        window = StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
+        if window is None:
+            window = _window(capture)
         regs = dwarf_registers(capture)
         if capture.after_signal:  # maybe stopped at its handler's entry: sampled where the signal came
             interrupted = interrupted_registers(regs, window, capture.after_signal)
@@ -113,17 +123,43 @@ class StackRecorder:
         self._track_stack_mapping(target, capture.thread, capture.slot.regs.rsp)
         self.unwind(target, capture)
 
+    def _place(
+        self, target: Target, capture: Capture, window: StackWindow, unwound: UnwoundStack, n_runtime: int
+    ) -> tuple[int, ...]:
+        """The native frame of each group of the capture's runtime frames, by the stack address of its
+        activation's record (``anchoring.py``); () where the agent knows none."""
+        try:
+            marks = target.activations(capture.agent_data, window)  # type: ignore[misc]
+        except Exception:  # an agent bug costs this sample its placement by address, not the recording
+            self.session.count("agent_decode_errors")
+            return ()
+        if not marks:
+            return ()
+        frames = unwound.frames
+        return place(unwound.sps, len(frames), marks, unwound.stop == StopReason.END_OF_STACK)
+
     def _stack_id(
-        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
-    ) -> tuple[int, bool, str | None]:
+        self,
+        target: Target,
+        native: list[NativeFrame],
+        runtime: list[RuntimeFrame],
+        stop: StopReason,
+        placed: tuple[int, ...] = (),
+    ) -> tuple[int, bool, tuple[str, ...]]:
         """The stack id of one distinct stack; whether it is inside the runtime's lock wait (``take_gil``);
-        the name of the merge counter it adds to, if its merge was not exact."""
-        keys, outcome = self._keys(target, native, runtime, stop)
+        the counters each of its samples adds to: the merge's, if it was not exact, and
+        ``python_anchor_unnamed`` where a group was placed by address at a frame that the agent's complete
+        names do not call an eval loop (the cross-check of the two: ``anchoring.py``)."""
+        keys, outcome = self._keys(target, native, runtime, stop, placed)
         # (with no runtime frame too: a thread about to run its first Python code, or a C thread calling into
         # Python through PyGILState_Ensure, waits in take_gil before it has a frame)
         in_gil_wait = any(target.flags(f)[1] for f in native)
-        exact = outcome in (MergeOutcome.EXACT, MergeOutcome.NO_RUNTIME, MergeOutcome.REST, MergeOutcome.OTHER_STACK)
-        return self.session.intern_stack(keys), in_gil_wait, None if exact else f"merge_{outcome.name.lower()}"
+        counted: tuple[str, ...] = () if outcome in _EXACT else (f"merge_{outcome.name.lower()}",)
+        if placed and outcome not in _NOT_BY_NAME and any(p != UNKNOWN for p in placed):
+            counted += ("python_placed_by_name",)  # the records could not be used: names placed the frames
+        if target.names_complete and any(i >= 0 and not target.flags(native[i])[0] for i in placed):
+            counted += ("python_anchor_unnamed",)
+        return self.session.intern_stack(keys), in_gil_wait, counted
 
     def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
         if target.agent is None or capture.agent_data is None:
@@ -135,7 +171,12 @@ class StackRecorder:
             return []
 
     def _keys(
-        self, target: Target, native: list[NativeFrame], runtime: list[RuntimeFrame], stop: StopReason
+        self,
+        target: Target,
+        native: list[NativeFrame],
+        runtime: list[RuntimeFrame],
+        stop: StopReason,
+        placed: tuple[int, ...] = (),
     ) -> tuple[FrameKeys, MergeOutcome]:
         ai = target.agent_index
         if not runtime:
@@ -147,7 +188,7 @@ class StackRecorder:
             return keys, MergeOutcome.NO_RUNTIME
         anchors = [target.flags(f)[0] for f in native]
         frames, outcome = merge(native, anchors, runtime, stop == StopReason.END_OF_STACK,
-                                lambda i: target.is_coroutine_base(native[i]))  # fmt: skip
+                                lambda i: target.is_coroutine_base(native[i]), placed)  # fmt: skip
         keys = tuple(
             (FrameKind.NATIVE, f.module, f.rel, 0)
             if isinstance(f, NativeFrame)
@@ -182,6 +223,12 @@ class StackRecorder:
             record.home_lo, record.home_hi = lo, hi
         elif hi == record.home_hi and lo < record.home_lo:  # the same stack, grown down
             record.home_lo = lo
+
+
+def _window(capture: Capture) -> StackWindow:
+    """The capture's copy of its stack, and of its own stack where it stopped on another (``home``)."""
+    home = StackWindow(capture.home, capture.home_base, False) if capture.home_len else None
+    return StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
 
 
 def _stack_region(target: Target, sp: int) -> tuple[int, int] | None:

@@ -12,10 +12,11 @@ from profiler.model import NativeFrame, SampleClass, StopReason
 from profiler.runtime import Agent, AgentSession
 from profiler.sampling.dormancy import Dormancy
 from profiler.sampling.memo import FrameMemo
-from profiler.target.process import TargetProcess
 from profiler.target.capture import ThreadRecord
+from profiler.target.process import TargetProcess
 from profiler.unwind.address_space import AddressSpace
 from profiler.unwind.policy import NativeUnwinder
+from profiler.unwind.stack import StackWindow
 
 #: how long a just-started process is given to load its runtime (libpython is mapped after exec)
 DETECT_GRACE = 5.0
@@ -95,6 +96,12 @@ class Target:
         self.snapshot: Callable[[int, object], object] | None = None
         self.settle: Callable[[object], object] | None = None
         self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
+        #: the agent's optional ``activations``: where each group of a capture's runtime frames has its
+        #: eval-loop activation's record on the native stack (``anchoring.py``)
+        self.activations: Callable[[object, StackWindow], Sequence[int]] | None = None
+        #: the agent names every part of its eval loop (``anchors_complete``): a frame placed by address that
+        #: its names do not call an anchor is then a disagreement worth counting
+        self.names_complete = False
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
         #: sleeping threads vouched for by the process's CPU clock (made by the sampler for a process with
         #: ``dormancy.MIN_THREADS`` threads or more)
@@ -104,8 +111,9 @@ class Target:
         #: the code mapped (``AddressSpace.generation``, and the files mapped executable) as of the last look
         #: that found no runtime: a look again is worth it only once they change (``loaded_since``)
         self._looked_at: tuple[int, frozenset[str]] = (-1, frozenset())
-        #: (native frames, runtime frames, stop) -> (stack id, in the runtime's lock wait, merge counter)
-        self.stack_memo: FrameMemo[tuple[int, bool, str | None]] = FrameMemo(MAX_MEMO_FRAMES)
+        #: (native frames, runtime frames, stop, placement by address) -> (stack id, in the runtime's lock
+        #: wait, the counters each of its samples adds to)
+        self.stack_memo: FrameMemo[tuple[int, bool, tuple[str, ...]]] = FrameMemo(MAX_MEMO_FRAMES)
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
         self._bases: dict[tuple[int, int], bool] = {}
 
@@ -127,6 +135,8 @@ class Target:
                 if snapshot is not None and settle is not None:
                     self.snapshot, self.settle = snapshot, settle
                 self.holds_gil = getattr(session, "holds_gil", None)
+                self.activations = getattr(session, "activations", None)
+                self.names_complete = bool(getattr(session, "anchors_complete", False))
                 self.detect_until = 0.0
                 # what was asked of native frames before there was an agent to answer: "not an anchor" for
                 # every eval loop sampled while a spawned interpreter started, kept for the rest of the

@@ -22,6 +22,7 @@ from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
 from agents.cpython.layout import FrameKind, Layout, LineTableFormat
 from agents.cpython.locals import LocalsReader
+from agents.cpython.marks import ActivationMarks
 from agents.cpython.offsets import TABLES
 from agents.cpython.plan import SHRINK_AFTER, build_plan
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader
@@ -913,6 +914,7 @@ def session_over(target: FakeTarget, info: ThreadStateInfo) -> CPythonSession:
     bindings.main_tid, session._main_mapped = TID, False
     session._code_adaptive = target.layout.code.code_adaptive or 0
     session._locals = LocalsReader(target.read, target.layout, TYPES)
+    session._marks = ActivationMarks(target.layout)
 
     def snapshot_in_stop(tid: int, regs: object) -> ThreadSlot | None:
         """``snapshot``, then the copy the tracer makes with the stack window (none here: no native stack)."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from profiler.model import NativeFrame, RuntimeFrame, UnwindMethod
-from profiler.sampling.merge import CUT, MergeOutcome, group_runtime, merge
+from profiler.sampling.anchoring import BEYOND, NOWHERE, UNKNOWN
+from profiler.sampling.merge import CUT, UNANCHORED, MergeOutcome, group_runtime, merge
 
 
 def n(name: int) -> NativeFrame:
@@ -22,7 +23,8 @@ def anchors_of(native):
 
 
 def names(frames):
-    return [("py", f.code) if isinstance(f, RuntimeFrame) else ("cut",) if f is CUT else ("c", f.rel) for f in frames]
+    return [("py", f.code) if isinstance(f, RuntimeFrame) else ("cut",) if f is CUT else
+            ("unanchored",) if f is UNANCHORED else ("c", f.rel) for f in frames]  # fmt: skip
 
 
 def test_no_runtime_frames_is_the_native_stack():
@@ -75,12 +77,12 @@ def test_truncated_native_stack_gets_outer_groups_below():
     assert names(frames) == [("c", 1), ("py", 11), ("c", EVAL), ("cut",), ("py", 22), ("py", 33)]
 
 
-def test_mismatch_keeps_every_frame_python_on_top():
+def test_unanchored_keeps_every_frame_python_on_top_under_a_marker():
     native = [n(1), n(2), n(3)]  # no anchor found at all, though the walk was complete
     runtime = [py(11), py(22)]
     frames, outcome = merge(native, anchors_of(native), runtime, True)
-    assert outcome is MergeOutcome.MISMATCH
-    assert names(frames) == [("py", 11), ("py", 22), ("c", 1), ("c", 2), ("c", 3)]
+    assert outcome is MergeOutcome.UNANCHORED
+    assert names(frames) == [("py", 11), ("py", 22), ("unanchored",), ("c", 1), ("c", 2), ("c", 3)]
 
 
 def test_a_group_standing_for_frames_not_read_takes_the_outer_anchors_left():
@@ -126,3 +128,53 @@ def test_without_a_stack_base_the_surplus_anchor_is_still_the_innermost():
     native = [n(EVAL), n(2), n(EVAL), n(3)]
     frames, outcome = merge(native, anchors_of(native), [py(7)], True, lambda i: False)
     assert outcome is MergeOutcome.SURPLUS_ANCHOR
+
+
+# --- by the address of each activation's record (anchoring.place's positions) ----------------------------
+
+
+def test_groups_placed_by_address_need_no_names():
+    """A stripped interpreter names its eval loop's body nothing (gcc's ``.cold`` part, named only in a
+    debug file): the positions alone pair the groups, whatever the frames are called."""
+    native = [n(1), n(7), n(2), n(8), n(3)]  # 7 and 8: the activations, named by nothing
+    runtime = [py(11), py(22, entry=False), py(33)]
+    frames, outcome = merge(native, anchors_of(native), runtime, True, placed=(1, 3))
+    assert outcome is MergeOutcome.PLACED
+    assert names(frames) == [("c", 1), ("py", 11), ("c", 7), ("c", 2), ("py", 22), ("py", 33), ("c", 8), ("c", 3)]
+
+
+def test_an_activation_entered_without_a_group_keeps_its_frame_without_python():
+    # the innermost eval loop has not pushed its first frame: by name, a surplus anchor; by address, a frame
+    native = [n(EVAL), n(2), n(EVAL), n(3)]
+    frames, outcome = merge(native, anchors_of(native), [py(7)], True, placed=(2,))
+    assert outcome is MergeOutcome.PLACED
+    assert names(frames) == [("c", EVAL), ("c", 2), ("py", 7), ("c", EVAL), ("c", 3)]
+
+
+def test_groups_without_a_record_take_the_named_anchors_between_their_neighbours():
+    # a 3.11 _PyCFrame outside the copied stack: the middle group is placed by the one anchor between
+    native = [n(EVAL), n(2), n(EVAL), n(3), n(EVAL), n(4)]
+    frames, outcome = merge(native, anchors_of(native), [py(1), py(2), py(3)], True, placed=(0, UNKNOWN, 4))
+    assert outcome is MergeOutcome.PLACED
+    assert names(frames) == [("py", 1), ("c", EVAL), ("c", 2), ("py", 2), ("c", EVAL), ("c", 3), ("py", 3),
+                             ("c", EVAL), ("c", 4)]  # fmt: skip
+
+
+def test_groups_beyond_a_walk_that_ended_early_go_below_it():
+    native = [n(1), n(9), n(2)]  # the walk ended at 2 (window exhausted)
+    frames, outcome = merge(native, anchors_of(native), [py(1), py(2)], False, placed=(1, BEYOND))
+    assert outcome is MergeOutcome.PLACED_TRUNCATED
+    assert names(frames) == [("c", 1), ("py", 1), ("c", 9), ("c", 2), ("cut",), ("py", 2)]
+
+
+def test_records_out_of_order_or_in_no_frame_leave_the_sample_to_the_names():
+    native = [n(EVAL), n(2), n(EVAL), n(3)]
+    runtime = [py(1), py(2)]
+    for placed in ((2, 0), (0, 0), (0, NOWHERE)):
+        frames, outcome = merge(native, anchors_of(native), runtime, True, placed=placed)
+        assert outcome is MergeOutcome.EXACT, placed  # by name: two anchors, two groups
+        assert names(frames) == [("py", 1), ("c", EVAL), ("c", 2), ("py", 2), ("c", EVAL), ("c", 3)]
+    # neither the records nor the names place them: marked, not presented as real
+    frames, outcome = merge([n(1), n(2)], [False, False], runtime, True, placed=(0, NOWHERE))
+    assert outcome is MergeOutcome.UNANCHORED
+    assert names(frames)[2] == ("unanchored",)

@@ -1,0 +1,40 @@
+"""Which native frame holds each activation's record (sampling/anchoring.py), a pure function."""
+
+from __future__ import annotations
+
+from profiler.sampling.anchoring import BEYOND, NOWHERE, UNKNOWN, place
+
+#: four frames, innermost first: frame i owns [SPS[i], SPS[i + 1]); the last, everything above its own
+SPS = [0x1000, 0x1080, 0x1200, 0x1400]
+
+
+def test_a_record_belongs_to_the_frame_whose_stack_bytes_hold_it():
+    marks = [0x1000, 0x107F, 0x1080, 0x11F8, 0x1300]
+    assert place(SPS, 4, marks, True) == (0, 0, 1, 1, 2)
+
+
+def test_no_record_is_unknown():
+    assert place(SPS, 4, [0, 0x1100, 0], True) == (UNKNOWN, 1, UNKNOWN)
+
+
+def test_above_the_last_frame_it_is_that_frame_only_if_the_walk_reached_the_outermost():
+    assert place(SPS, 4, [0x1500], True) == (3,)
+    assert place(SPS, 4, [0x1500], False) == (BEYOND,)
+    # the walk noted where the next frame starts before it ended: the last frame ends there
+    assert place([*SPS, 0x1600], 4, [0x1500, 0x1700], False) == (3, BEYOND)
+
+
+def test_below_the_innermost_stack_pointer_a_record_is_nowhere():
+    # nothing of a live activation lies below the stack pointer of the thread
+    assert place(SPS, 4, [0x0F00], True) == (NOWHERE,)
+
+
+def test_a_signal_frame_onto_another_stack_is_searched_frame_by_frame():
+    # a handler on an alternate stack at 0x9000 interrupted code on the thread's stack at 0x1000
+    sps = [0x9000, 0x9100, 0x1000, 0x1100]
+    assert place(sps, 4, [0x9050, 0x1050], True) == (0, 2)
+    assert place(sps, 4, [0x0800], True) == (NOWHERE,)
+
+
+def test_a_walk_without_frames_places_nothing_by_address():
+    assert place([], 0, [0x1000], False) == (BEYOND,)

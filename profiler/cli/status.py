@@ -32,6 +32,11 @@ ERROR_COUNTERS = {
                                 "Python stacks cut short (a looping or unreadable chain)"),
     "python_stacks_unreadable": ("Python thread state unreadable", "Python thread states unreadable"),
     "python_code_unreadable": ("Python code object unreadable", "Python code objects unreadable"),
+    "merge_unanchored": ("sample's Python frames not placed among its native frames",
+                         "samples' Python frames not placed among their native frames"),
+    # (the same, as sessions written before 2026-11-29 counted it)
+    "merge_mismatch": ("sample's Python frames not placed among its native frames",
+                       "samples' Python frames not placed among their native frames"),
 }  # fmt: skip
 
 
@@ -39,14 +44,20 @@ def error_count(session: Session, sampler: Sampler | None = None) -> int:
     return sum(session.counters.get(c, 0) for c in ERROR_COUNTERS)
 
 
+#: error counters that count samples: the summary gives their share of the samples too
+SAMPLE_ERRORS = frozenset({"merge_unanchored", "merge_mismatch"})
+
+
 def error_summary(session: Session) -> str:
     """"0 errors", or the count and what they were, most first (each counter is in the session file)."""
-    counts = sorted(((session.counters.get(c, 0), texts) for c, texts in ERROR_COUNTERS.items()), reverse=True)
-    total = sum(n for n, _ in counts)
+    counts = sorted(((session.counters.get(c, 0), c, texts) for c, texts in ERROR_COUNTERS.items()), reverse=True)
+    total = sum(n for n, _, _ in counts)
     if not total:
         return "0 errors"
+    samples = max(session.total_samples, 1)
     return f"{total:,} error{'' if total == 1 else 's'}: " + ", ".join(
-        f"{n:,} {texts[n != 1]}" for n, texts in counts if n)
+        f"{n:,} {texts[n != 1]}" + (f" ({100 * n / samples:.1f}%)" if c in SAMPLE_ERRORS else "")
+        for n, c, texts in counts if n)  # fmt: skip
 
 
 class StatusLine:

@@ -227,3 +227,40 @@ def unstopped_threads(unstopped: Iterable[int]) -> str:
     why = "; ".join(reason for state, reason in _WHY_UNSTOPPED.items() if state in states)
     return (f"{len(tids)} thread(s) did not stop when last asked ({_states_said(states)}), and have no samples "
             f"from then on" + (f": {why}" if why else ""))
+
+
+#: the end of a recording says Python frames were left unplaced when at least this many samples were, and
+#: ``PLACEMENT_UNRELIABLE_SHARE`` of those with Python frames says the placement as a whole is unreliable:
+#: a few samples caught as an eval loop is entered or left (``merge.py``) move no share in the profile
+UNANCHORED_NOTICE_MIN = 1
+PLACEMENT_UNRELIABLE_SHARE = 0.01
+
+
+def unanchored_samples(session: Session) -> str | None:
+    """Say so when samples had Python frames that could not be placed among their native frames (no
+    eval-loop activation found for them by address or by name): they are shown above the native leaf
+    under an ``[unanchored]`` frame, so their Python functions' totals hold and the C time under them
+    is not theirs. Past a small share, the Python placement of the whole profile is called unreliable."""
+    n = session.counters.get("merge_unanchored", 0) + session.counters.get("merge_mismatch", 0)
+    if n < UNANCHORED_NOTICE_MIN:
+        return None
+    share = n / max(session.total_samples, n)
+    text = (f"{n:,} samples ({100 * share:.1f}%) had Python frames that could not be placed among their native "
+            "frames: each shows them above its native stack under an \"[unanchored]\" frame, so the C functions "
+            "there were not called by them")
+    if share >= PLACEMENT_UNRELIABLE_SHARE:
+        return (f"the Python placement of this profile is unreliable: {text}. --no-native records the Python "
+                "frames alone, correctly; please report this with `nprof dump --pid PID --json` of the target")
+    return text
+
+
+def unnamed_anchors(session: Session) -> str | None:
+    """Say so when Python frames were placed at native frames that the interpreter's own full symbol table
+    does not call its eval loop: the address of an activation's record and the names disagree, which
+    is a bug of nprof's (``sampling/anchoring.py``)."""
+    n = session.counters.get("python_anchor_unnamed", 0)
+    if not n:
+        return None
+    return (f"{n:,} samples placed Python frames at a native frame the interpreter's symbols do not name as its "
+            "eval loop; the profile may show them under the wrong C function. This is a bug in nprof: please "
+            "report it with `nprof dump --pid PID --json` of the target")

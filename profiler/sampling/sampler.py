@@ -27,7 +27,9 @@ from profiler.sampling.notices import (
     rate_shortfall,
     signal_cost,
     stack_window_shortfall,
+    unanchored_samples,
     undetached_threads,
+    unnamed_anchors,
     unstopped_threads,
     untraced_threads,
     unwind_problems,
@@ -410,7 +412,9 @@ class Sampler:
         for shortfall in (stack_window_shortfall(self.session, self.config.window_cap),
                           depth_limit_shortfall(self.session, self.config.max_frames),
                           other_stack_samples(self.session),
-                          no_unwind_info(self.session, self.session.modules)):  # fmt: skip
+                          no_unwind_info(self.session, self.session.modules),
+                          unanchored_samples(self.session),
+                          unnamed_anchors(self.session)):  # fmt: skip
             if shortfall:
                 self._notice(shortfall)
         if self.timer.late_ticks:

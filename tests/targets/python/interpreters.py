@@ -1,7 +1,15 @@
-"""The CPython interpreters the cpython agent is tested on: every pyenv 3.8-3.13 and Debian's /usr/bin/python3.
+"""The CPython interpreters the cpython agent is tested on: every pyenv 3.8-3.13, Debian's /usr/bin/python3,
+and Debian sid's python3.14 (and 3.13) run in the sid root that scripts/setup-tests.sh makes.
 
 Each one becomes a pytest parameter; a missing interpreter is a skipped parameter with the reason, never a
 silently shorter test list (issue 4, "Tests").
+
+A sid interpreter's ``path`` is a wrapper script (``sid_wrapper``) that runs it chroot'ed into the sid root,
+in a mount namespace of its own where the repository and /tmp are bind-mounted at their own paths: a test
+passes it the paths of its scripts and files as it does to any interpreter. The wrapper execs, so the
+process it starts is the interpreter's (a pid the tests attach to). Its interpreter binary is stripped, as
+Debian ships it; its debug file is in the root's /usr/lib/debug, which nprof finds through /proc/PID/root,
+or, for the ``-nodbg`` variant, hidden under an empty tmpfs.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 
@@ -20,6 +29,10 @@ DISTRO_PYTHON = "/usr/bin/python3"
 #: Debian's debug build (Py_DEBUG) of its python3, from python3.11-dbg (scripts/setup-tests.sh)
 DISTRO_DEBUG_PYTHON = "/usr/bin/python3.11d"
 TARGETS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(TARGETS)))
+#: the Debian sid root made by scripts/setup-tests.sh, and the versions it holds
+SID_ROOT = os.path.join(os.environ.get("NPROF_TEST_CACHE") or os.path.expanduser("~/.cache/nprof-tests"), "sid")
+SID_MINORS = [(3, 14), (3, 13)]
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,57 @@ def interpreter_params() -> list:
         params.append(pytest.param(None, id="debian", marks=pytest.mark.skip(reason=reason)))
     else:
         params.append(pytest.param(distro, id=distro.label))
+    return params
+
+
+#: runs ``$3/usr/bin/python3.X`` in the root ``$2`` with the repository ``$1`` and /tmp bind-mounted at their
+#: own paths, and with the root's debug files hidden when ``$4`` is "nodbg"
+_SID_WRAPPER = """#!/bin/sh
+# written by tests/targets/python/interpreters.py: {label}, in the Debian sid root of scripts/setup-tests.sh
+exec unshare --mount --propagation private sh -c '
+repo=$0 root=$1 python=$2 debug=$3; shift 3
+mount --rbind /tmp "$root/tmp" || exit 111
+case "$repo" in /tmp/*) ;; *) mount --bind "$repo" "$root$repo" || exit 111 ;; esac
+if [ "$debug" = nodbg ]; then mount -t tmpfs none "$root/usr/lib/debug" || exit 111; fi
+exec chroot "$root" "$python" "$@"' {repo} {root} {python} {debug} "$@"
+"""
+
+
+def sid_interpreter(minor: tuple[int, int], debug_files: bool = True) -> Interpreter | str:
+    """Debian sid's ``python3.X`` as an ``Interpreter`` whose path is its wrapper, or why there is none."""
+    label = f"sid-{minor[0]}.{minor[1]}" + ("" if debug_files else "-nodbg")
+    python = f"/usr/bin/python{minor[0]}.{minor[1]}"
+    if not os.access(SID_ROOT + python, os.X_OK):
+        return f"no {python} in {SID_ROOT} (scripts/setup-tests.sh makes it)"
+    if os.geteuid() != 0:
+        return f"{label} runs chroot'ed in a mount namespace of its own, which takes root"
+    os.makedirs(SID_ROOT + REPO, exist_ok=True)  # (the bind mount's mount point)
+    wrapper = os.path.join(os.path.dirname(SID_ROOT), f"run-{label}")
+    text = _SID_WRAPPER.format(label=label, repo=shlex.quote(REPO), root=shlex.quote(SID_ROOT), python=python,
+                               debug="dbg" if debug_files else "nodbg")  # fmt: skip
+    try:
+        with open(wrapper, encoding="utf-8") as f:
+            current = f.read()
+    except OSError:
+        current = ""
+    if current != text:
+        with open(wrapper + ".new", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(wrapper + ".new", 0o755)
+        os.replace(wrapper + ".new", wrapper)
+    return Interpreter(label, wrapper, minor)
+
+
+def sid_interpreter_params(minors: list[tuple[int, int]] = SID_MINORS, debug_files: bool = True) -> list:
+    """pytest params for sid's interpreters of ``minors``, skipped with the reason where one is missing."""
+    params = []
+    for minor in minors:
+        found = sid_interpreter(minor, debug_files)
+        label = f"sid-{minor[0]}.{minor[1]}" + ("" if debug_files else "-nodbg")
+        if isinstance(found, str):
+            params.append(pytest.param(None, id=label, marks=pytest.mark.skip(reason=found)))
+        else:
+            params.append(pytest.param(found, id=label))
     return params
 
 

@@ -80,9 +80,14 @@ MAX_FIRST_TRACEABLE = 1 << 12
 MAX_LIVE_REFCNT = 1 << 32
 
 
-def alive(header: bytes) -> bool:
-    """Whether the object whose header starts ``header`` looks allocated (plausible ``ob_refcnt``)."""
+def alive(header: bytes, refcnt_split: bool = False) -> bool:
+    """Whether the object whose header starts ``header`` looks allocated (plausible ``ob_refcnt``).
+    ``refcnt_split`` (3.14+, ``ObjectLayout``): the count is the word's low 32 bits, and ``ob_flags`` its top
+    16 (an immortal object's, set); ``ob_overflow`` between them is 0, where a free list's pointer has
+    address bits."""
     refcnt = i64(header, 0)
+    if refcnt_split:
+        return refcnt & 0xFFFF_FFFF != 0 and refcnt >> 32 & 0xFFFF == 0
     return 0 < refcnt <= MAX_LIVE_REFCNT - 1
 
 
@@ -133,6 +138,7 @@ class CodeCache:
         self._read_ranges = read_ranges or (lambda ranges: [read(addr, size) for addr, size in ranges])
         self._code = code
         self._objects = objects
+        self.objects = objects  #: (``code_ahead.py`` checks headers as this does)
         self._code_type = types["PyCode_Type"]
         self._str_type = types.get("PyUnicode_Type")
         self._bytes_type = types.get("PyBytes_Type")
@@ -248,7 +254,8 @@ class CodeCache:
         keys: dict[int, int] = {}
         for addr, ident in new.items():
             found, header = strings[addr], again.get(addr, b"")
-            if found is None or len(header) < size or self._ident.unpack_from(header) != ident or not alive(header):
+            if (found is None or len(header) < size or self._ident.unpack_from(header) != ident
+                    or not alive(header, objects.refcnt_split)):  # fmt: skip
                 self.stats.unreadable += 1
                 keys[addr] = UNKNOWN_KEY
                 continue
@@ -265,7 +272,7 @@ class CodeCache:
         if not isinstance(found, tuple):
             return found
         strings = self.strings_of(read, found)
-        if strings is None or not alive(header):
+        if strings is None or not alive(header, self._objects.refcnt_split):
             return None
         return self._register(addr, found, strings)
 

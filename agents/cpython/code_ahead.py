@@ -34,7 +34,6 @@ from agents.cpython.memory import Read
 from agents.cpython.plan import build_plan
 from agents.cpython.scatter import Snapshot
 
-
 #: most code objects one ``CodeAhead`` is made for; a stack that meets more new ones at once has its next stop
 #: walk in full instead, which decodes them with two scatter reads. Each costs ~4 reads here after resume
 #: (its header, name, file name and line table; ~4-5 us each, ``scatter.py``), and its ranges must fit one
@@ -106,7 +105,8 @@ class CodeAhead:
             recorder = _Recorder(cache.read)
             header = recorder(code, size)
             found = cache.lookup(code, header, 0, counted=False)
-            if not isinstance(found, tuple) or not alive(header) or cache.strings_of(recorder, found) is None:
+            if (not isinstance(found, tuple) or not alive(header, cache.objects.refcnt_split)
+                    or cache.strings_of(recorder, found) is None):  # fmt: skip
                 continue  # known under this identity, or nothing a stop could decode
             new.append(code)
             for addr, length in recorder.ranges.items():

@@ -32,14 +32,24 @@ class HeaderCheck:
     shared: ``_structs``): it is made again at 47% of the samples of a pytest run, 79% of a mix of request
     kinds, 14-24 us each."""
 
-    __slots__ = ("codes", "version", "reads", "keys", "_idents", "_refcnts", "_expected")
+    __slots__ = ("codes", "version", "reads", "keys", "split", "_idents", "_refcnts", "_expected")
 
-    def __init__(self, codes: list[int], entries: list[CodeInfo], identity: struct.Struct, size: int, version: int):
+    def __init__(
+        self,
+        codes: list[int],
+        entries: list[CodeInfo],
+        identity: struct.Struct,
+        size: int,
+        version: int,
+        split: bool = False,
+    ):
         self.codes = codes
         self.version = version  #: ``CodeCache.version`` when made: a newer cache may hold newer entries
         self.reads = FixedRanges(codes, size)  #: ``size`` bytes of each header, landing ``size`` apart
         self.keys = dict(zip(codes, [entry.key for entry in entries]))
-        self._idents, self._refcnts = _structs(identity.format, identity.size, len(codes), size)
+        #: 3.14+: ``ob_refcnt`` is the low 32 bits of the first word (``code.alive``)
+        self.split = split
+        self._idents, self._refcnts = _structs(identity.format, identity.size, len(codes), size, split)
         self._expected = tuple(itertools.chain.from_iterable([entry.ident for entry in entries]))
 
     @classmethod
@@ -47,7 +57,9 @@ class HeaderCheck:
         """A check of the code objects at ``codes`` (headers read ``size`` bytes each, at least the
         identity's); None if the cache never decoded one of them."""
         entries = cache.entries_at(codes)
-        return None if entries is None else cls(codes, entries, cache.identity, size, cache.version)
+        if entries is None:
+            return None
+        return cls(codes, entries, cache.identity, size, cache.version, cache.objects.refcnt_split)
 
     def holds(self, view: bytes | memoryview) -> bool:
         """Whether the headers ``reads`` copied to the start of ``view`` still show the identities decoded, of
@@ -56,16 +68,22 @@ class HeaderCheck:
         if self._idents.unpack_from(view) != self._expected:
             return False
         refcnts = self._refcnts.unpack_from(view)
+        if self.split:  # (count, ob_overflow) pairs: every count set, every overflow 0
+            return 0 < min(refcnts[0::2]) and not any(refcnts[1::2])
         return 0 < min(refcnts) and max(refcnts) < MAX_LIVE_REFCNT
 
 
 @functools.lru_cache(maxsize=512)
-def _structs(identity: str, identity_size: int, count: int, size: int) -> tuple[struct.Struct, struct.Struct]:
+def _structs(
+    identity: str, identity_size: int, count: int, size: int, split: bool = False
+) -> tuple[struct.Struct, struct.Struct]:
     """The structs that unpack ``count`` headers read ``size`` apart: their identity fields (``identity`` is
-    the format of one), and their ``ob_refcnt`` (at +0). Kept per count: compiling them was most of a check's
-    making (67 against 24 us on a pytest run's stacks)."""
+    the format of one), and their ``ob_refcnt`` (at +0; ``split``: its u32 and ``ob_overflow`` after it).
+    Kept per count: compiling them was most of a check's making (67 against 24 us on a pytest run's
+    stacks)."""
     pad = f"{size - identity_size}x" if size > identity_size else ""
+    refcnt = f"IH{size - 6}x" if split else f"q{size - 8}x"
     return (
         struct.Struct("<" + (identity[1:] + pad) * count),
-        struct.Struct("<" + f"q{size - 8}x" * count),
+        struct.Struct("<" + refcnt * count),
     )

@@ -35,8 +35,12 @@ from agents.cpython.layout import (
 COOKIE = b"xdebugpy"
 #: pystack's sanity bound on any published struct size
 MAX_STRUCT_SIZE = 1 << 20
-#: Include/cpython/code.h (3.13): offsetof(PyCodeObject, co_version), re-checked with offsetof on 3.13.0
-CO_VERSION_3_13 = 92
+#: Include/cpython/code.h (3.13, 3.14): offsetof(PyCodeObject, co_version), not in _Py_DebugOffsets;
+#: re-checked with offsetof on 3.13.0, and in the DWARF of Debian's python3.13-dbg and python3.14-dbg
+CO_VERSION = {(3, 13): 92, (3, 14): 92}
+#: Include/cpython/object.h: offsetof(PyHeapTypeObject, ht_cached_keys), not in _Py_DebugOffsets; the
+#: same DWARF gives 880 for 3.13 and 3.14. Unknown beyond: instances' attributes are then not read
+HT_CACHED_KEYS = {(3, 13): 880, (3, 14): 880}
 #: bytes of ``_PyRuntime`` to copy: the whole 3.13 (584 bytes) or 3.14 (760 bytes) struct
 READ_SIZE = 1024
 
@@ -149,6 +153,12 @@ def parse(data: bytes, expected: tuple[int, int]) -> dict[str, dict[str, int]]:
     return blocks
 
 
+def _co_version(version: tuple[int, int], code_size: int) -> int | None:
+    """Where ``co_version`` is, for the versions whose offset is known and inside the published code size."""
+    at = CO_VERSION.get(version)
+    return at if at is not None and code_size >= at + 4 else None
+
+
 def layout_from_debug_offsets(data: bytes, expected: tuple[int, int]) -> Layout:
     """A ``Layout`` from the target's ``_Py_DebugOffsets`` plus the facts it does not publish."""
     d = parse(data, expected)
@@ -171,8 +181,7 @@ def layout_from_debug_offsets(data: bytes, expected: tuple[int, int]) -> Layout:
                       linetable_format=LineTableFormat.LOCATIONS,  # Objects/locations.md (3.13)
                       code_adaptive=co["co_code_adaptive"], argcount=co["argcount"],
                       localsplusnames=co["localsplusnames"], localspluskinds=co["localspluskinds"],
-                      # Include/cpython/code.h (3.13): co_version, not in _Py_DebugOffsets; unknown for 3.14
-                      version=CO_VERSION_3_13 if expected == (3, 13) and co["size"] >= CO_VERSION_3_13 + 4 else None)
+                      version=_co_version(expected, co["size"]))
     uni = d["unicode_object"]
     objects = ObjectLayout(
         tuple_items=d["tuple_object"]["ob_item"],
@@ -184,8 +193,7 @@ def layout_from_debug_offsets(data: bytes, expected: tuple[int, int]) -> Layout:
         dict_format=DictFormat.DK_LOG2,
         # Include/internal/pycore_dict.h (3.13): struct _dictvalues {capacity, size, embedded, valid; values[]}
         dict_values_offset=8,
-        # Include/cpython/object.h (3.13): PyHeapTypeObject.ht_cached_keys; unknown for 3.14 (no header here)
-        ht_cached_keys=880 if expected == (3, 13) else None,
+        ht_cached_keys=HT_CACHED_KEYS.get(expected),
         instance_dict=InstanceDict.INLINE_313,  # Include/internal/pycore_object.h (3.13)
         ob_type=d["pyobject"]["ob_type"],
         ob_size=d["tuple_object"]["ob_size"],
@@ -198,6 +206,7 @@ def layout_from_debug_offsets(data: bytes, expected: tuple[int, int]) -> Layout:
         unicode_state=uni["state"],
         tp_name=d["type_object"]["tp_name"],
         tp_flags=d["type_object"]["tp_flags"],
+        refcnt_split=expected >= (3, 14),  # Include/object.h (3.14): ob_refcnt, ob_overflow, ob_flags
     )
     return Layout(
         version=expected,

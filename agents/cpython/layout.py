@@ -173,7 +173,7 @@ class ObjectLayout:
     unicode_compact_size: int  #: sizeof(PyCompactUnicodeObject): other compact characters start here
     dict_format: DictFormat
     dict_values_offset: int  #: where ``values[]`` starts in ``PyDictValues`` (8 in 3.13, else 0)
-    ht_cached_keys: int | None  #: ``PyHeapTypeObject.ht_cached_keys``; None where unknown (3.14)
+    ht_cached_keys: int | None  #: ``PyHeapTypeObject.ht_cached_keys``; None where unknown
     instance_dict: InstanceDict
     # Constant in every version 3.8-3.14 (default build); reference section 1.7, "Constant in every version".
     ob_type: int = 8  #: Include/object.h PyObject
@@ -191,6 +191,9 @@ class ObjectLayout:
     tp_basicsize: int = 32
     tp_flags: int = 168
     tp_dictoffset: int = 288
+    #: 3.14+: the word at the object's start is ``ob_refcnt`` (u32), ``ob_overflow`` (u16) and ``ob_flags``
+    #: (u16), Include/object.h: an immortal object has flags set there, so the word as one count is huge
+    refcnt_split: bool = False
 
 
 @dataclass(frozen=True)

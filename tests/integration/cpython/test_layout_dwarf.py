@@ -1,10 +1,13 @@
-"""The 3.8-3.12 offset tables (``agents/cpython/offsets.py``) against the DWARF of the installed interpreters.
+"""The 3.8-3.12 offset tables (``agents/cpython/offsets.py``) against the DWARF of the installed interpreters,
+and the 3.13 and 3.14 layouts made from ``_Py_DebugOffsets`` against the DWARF of Debian sid's debug packages.
 
 The tables are hand-copied numbers, and a wrong one does not raise: the agent reads the wrong word of every
 target and Python frames go missing or come out garbled. gdb's ``ptype/o`` prints the layout the compiler chose
 for the very libpython these integration tests run, so every table entry that names a struct member is compared
-with it here. 3.13+ take their offsets from the target's ``_Py_DebugOffsets`` and are tested with that
-(tests/unit/test_cpython_debug_offsets.py).
+with it here. 3.13+ take most of their offsets from the target's ``_Py_DebugOffsets`` (parsed in
+tests/unit/test_cpython_debug_offsets.py), and the rest from facts of their headers, which a wrong one here
+would show (``ht_cached_keys`` was unknown for 3.14 and every thread went unnamed there): the layout made from
+the stripped sid binary's own ``_Py_DebugOffsets`` is compared with its debug file's DWARF.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from agents.cpython import debug_offsets
+from agents.cpython.debug_offsets import layout_from_debug_offsets
 from agents.cpython.offsets import table_layout
-from tests.targets.python.interpreters import PYENV_ROOT, pyenv_interpreter
+from profiler.binary.elf import ElfFile
+from tests.targets.python.interpreters import PYENV_ROOT, SID_ROOT, pyenv_interpreter
 
 VERSIONS = [(3, 8), (3, 9), (3, 10), (3, 11), (3, 12)]
 SECTIONS = ("runtime", "interpreter", "thread", "frame", "code", "objects")
@@ -155,8 +161,25 @@ _V3_12 = {
     },
     "objects": {**_V3_11["objects"], "long_digits": "struct _longobject::long_value + _PyLongValue::ob_digit"},
 }
+# 3.13: no _PyCFrame; the thread state's ``current_frame``, frames running ``f_executable`` from ``instr_ptr``
+_V3_13 = {
+    "runtime": _V3_8["runtime"],
+    "interpreter": _V3_12["interpreter"],
+    "thread": {
+        **{field: spec for field, spec in _V3_11["thread"].items() if "cframe" not in field},
+        "frame": "struct _ts::current_frame",
+    },
+    "frame": {
+        **_V3_11["frame"],
+        "code": "struct _PyInterpreterFrame::f_executable",
+        "instr": "struct _PyInterpreterFrame::instr_ptr",
+    },
+    "code": _V3_11["code"],
+    "objects": _V3_12["objects"],
+}
 FAMILIES: dict[tuple[int, int], dict[str, dict[str, str]]] = {
-    (3, 8): _V3_8, (3, 9): _V3_8, (3, 10): _V3_10, (3, 11): _V3_11, (3, 12): _V3_12,
+    (3, 8): _V3_8, (3, 9): _V3_8, (3, 10): _V3_10, (3, 11): _V3_11, (3, 12): _V3_12, (3, 13): _V3_13,
+    (3, 14): _V3_13,
 }  # fmt: skip
 
 #: int fields that are no struct member's offset, so DWARF cannot check them (enums and sets are left out anyway)
@@ -276,6 +299,18 @@ def _gdb_command(lib: str, types: list[str]) -> list[str]:
     return [*command, lib]
 
 
+def _sid_debug_file(version: tuple[int, int]) -> tuple[str, str]:
+    """Debian sid's stripped ``python3.X`` and its debug file (scripts/setup-tests.sh), or skip."""
+    binary = f"{SID_ROOT}/usr/bin/python{version[0]}.{version[1]}"
+    if not os.path.exists(binary):
+        pytest.skip(f"no {binary} (scripts/setup-tests.sh makes it)")
+    build_id = ElfFile(binary).build_id or ""
+    debug = f"{SID_ROOT}/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    if not os.path.exists(debug):
+        pytest.skip(f"no debug file {debug} for {binary}")
+    return binary, debug
+
+
 @functools.cache
 def _ptypes(lib: str, version: tuple[int, int]) -> dict[str, Struct | None]:
     """``{type: Struct or None}`` for every type of ``version``'s family, from one gdb run per library (cached:
@@ -343,6 +378,38 @@ def test_table_offsets_match_dwarf(version, section):
     assert not wrong, f"{_id(version)} offsets disagree with {_libpython(version)}:\n" + "\n".join(wrong)
 
 
+@pytest.mark.parametrize("version", [(3, 13), (3, 14)], ids=_id)
+def test_debug_offsets_layouts_match_dwarf(version):
+    """The layout nprof makes from a 3.13 or 3.14 interpreter's own ``_Py_DebugOffsets`` (read here from the
+    stripped binary's ``.PyRuntime``, as the target's memory holds it at start), every mapped field equal to
+    what gdb prints from its debug file: the published offsets and the facts nprof adds to them."""
+    binary, debug = _sid_debug_file(version)
+    if shutil.which("gdb") is None:
+        pytest.skip("gdb is not installed")
+    elf = ElfFile(binary)
+    runtime = elf.sections[".PyRuntime"].sh_addr
+    layout = layout_from_debug_offsets(elf.read_svma(runtime, debug_offsets.READ_SIZE), version)
+    structs = _ptypes(debug, version)
+    assert structs.get(ANCHOR) is not None, f"gdb finds no DWARF in {debug}"
+    wrong = []
+    for section in SECTIONS:
+        part = getattr(layout, section)
+        for field, spec in FAMILIES[version][section].items():
+            value, dwarf = getattr(part, field), resolve(structs, spec)
+            if value != dwarf:
+                wrong.append(f"{section}.{field}: nprof {value}, DWARF {dwarf} ({spec})")
+        for field in dataclasses.fields(part):  # every offset nprof reads is mapped, or says why not
+            value = getattr(part, field.name)
+            if isinstance(value, int) and not isinstance(value, (bool, enum.Enum)):
+                if field.name not in FAMILIES[version][section] and (section, field.name) not in NOT_MEMBERS:
+                    wrong.append(f"{section}.{field.name} = {value}: no DWARF spec")
+    assert layout.code.first_traceable == resolve(structs, "PyCodeObject::_co_firsttraceable")
+    # 3.14's count is the low half of the object's first word, its flags (set in immortal objects) the top
+    py_object = structs["PyObject"]
+    assert py_object is not None and layout.objects.refcnt_split == ("ob_flags" in py_object.members)
+    assert not wrong, f"{_id(version)} layout disagrees with {debug}:\n" + "\n".join(wrong)
+
+
 @pytest.mark.parametrize("version", VERSIONS, ids=_id)
 def test_every_table_offset_is_checked(version):
     """A field added to a Layout section with a value and no spec would go unchecked: each one is mapped to a
@@ -352,8 +419,8 @@ def test_every_table_offset_is_checked(version):
         part = getattr(table_layout(version), section)
         for field in dataclasses.fields(part):
             value = getattr(part, field.name)
-            if value is None or isinstance(value, enum.Enum) or not isinstance(value, int):
-                continue  # absent in this version, or an enum/set: not an offset
+            if value is None or isinstance(value, (bool, enum.Enum)) or not isinstance(value, int):
+                continue  # absent in this version, or a flag, an enum or a set: not an offset
             if field.name not in FAMILIES[version][section] and (section, field.name) not in NOT_MEMBERS:
                 unchecked.append(f"{section}.{field.name} = {value}")
     assert not unchecked, f"{_id(version)}: no DWARF spec for " + ", ".join(unchecked)

@@ -51,7 +51,7 @@ fi
 # Debian sid's interpreters, run in their own root by the tests (tests/targets/python/interpreters.py): the
 # packages are sid's binary ones (its source packages are not reachable here). A root is complete once its
 # stamp names the package list; anything else is built again, into a fresh directory first.
-SID_PACKAGES=python3.14,python3.14-dbg,libpython3.14-dbg,python3.13,python3.13-dbg,libpython3.13-dbg,binutils
+SID_PACKAGES=python3.14,python3.14-dbg,libpython3.14-dbg,python3.13,python3.13-dbg,libpython3.13-dbg,libc6-dbg,binutils
 SID_ROOT="${NPROF_TEST_CACHE:-$HOME/.cache/nprof-tests}/sid"
 if [ "$(cat "$SID_ROOT/.nprof-packages" 2>/dev/null)" != "$SID_PACKAGES" ]; then
     log "making a Debian sid root with CPython 3.14 and 3.13 in $SID_ROOT (debootstrap)"

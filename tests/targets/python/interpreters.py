@@ -79,19 +79,21 @@ def interpreter_params() -> list:
         params.append(pytest.param(None, id="debian", marks=pytest.mark.skip(reason=reason)))
     else:
         params.append(pytest.param(distro, id=distro.label))
-    return params
+    return params + sid_interpreter_params([(3, 14)])
 
 
-#: runs ``$3/usr/bin/python3.X`` in the root ``$2`` with the repository ``$1`` and /tmp bind-mounted at their
-#: own paths, and with the root's debug files hidden when ``$4`` is "nodbg"
+#: runs ``python`` in ``root`` with /tmp and the directories ``shared`` (the repository, pyenv's root: the
+#: files tests name) bind-mounted at their own paths, and with the root's debug files hidden for "nodbg"
 _SID_WRAPPER = """#!/bin/sh
 # written by tests/targets/python/interpreters.py: {label}, in the Debian sid root of scripts/setup-tests.sh
 exec unshare --mount --propagation private sh -c '
-repo=$0 root=$1 python=$2 debug=$3; shift 3
+root=$0 python=$1 debug=$2 shared=$3; shift 3
 mount --rbind /tmp "$root/tmp" || exit 111
-case "$repo" in /tmp/*) ;; *) mount --bind "$repo" "$root$repo" || exit 111 ;; esac
+for dir in $shared; do
+    case "$dir" in /tmp/*) ;; *) mount --bind "$dir" "$root$dir" || exit 111 ;; esac
+done
 if [ "$debug" = nodbg ]; then mount -t tmpfs none "$root/usr/lib/debug" || exit 111; fi
-exec chroot "$root" "$python" "$@"' {repo} {root} {python} {debug} "$@"
+exec chroot "$root" "$python" "$@"' {root} {python} {debug} {shared} "$@"
 """
 
 
@@ -103,10 +105,13 @@ def sid_interpreter(minor: tuple[int, int], debug_files: bool = True) -> Interpr
         return f"no {python} in {SID_ROOT} (scripts/setup-tests.sh makes it)"
     if os.geteuid() != 0:
         return f"{label} runs chroot'ed in a mount namespace of its own, which takes root"
-    os.makedirs(SID_ROOT + REPO, exist_ok=True)  # (the bind mount's mount point)
+    shared = [d for d in (REPO, os.path.realpath(PYENV_ROOT)) if os.path.isdir(d) and " " not in d]
+    for directory in shared:
+        os.makedirs(SID_ROOT + directory, exist_ok=True)  # (the bind mounts' mount points)
     wrapper = os.path.join(os.path.dirname(SID_ROOT), f"run-{label}")
-    text = _SID_WRAPPER.format(label=label, repo=shlex.quote(REPO), root=shlex.quote(SID_ROOT), python=python,
-                               debug="dbg" if debug_files else "nodbg")  # fmt: skip
+    text = _SID_WRAPPER.format(label=label, root=shlex.quote(SID_ROOT), python=python,
+                               debug="dbg" if debug_files else "nodbg",
+                               shared=shlex.quote(" ".join(shared)))  # fmt: skip
     try:
         with open(wrapper, encoding="utf-8") as f:
             current = f.read()

@@ -28,8 +28,8 @@ from profiler.runtime import Agent
 from profiler.sampling.sampler import Sampler
 from profiler.sampling.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import resolve
-from profiler.target import procfs
-from profiler.target.capture import ThreadRecord
+from profiler.target import procfs, syscalls
+from profiler.target.capture import Capture, ThreadRecord
 from profiler.target.tracing_thread import TracingThread
 from profiler.tree.calltree import command_line
 from profiler.tree.display import StackDisplays
@@ -170,17 +170,25 @@ def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
                 if c.agent_data is not None:
                     local_vars[c.thread.tid] = locals_of(c.agent_data)
     gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
-    for c in captures:  # in a job-control stop, which the seize shows as a tracing stop ("t")
-        if c.thread.group_stopped:
-            states[c.thread.tid] = "T"
-        elif states.get(c.thread.tid) == "t":
-            # else a tracing stop is nprof's own: a signal it had yet to pass on stopped the thread as it
-            # ran (5 of 12 dumps of a program taking SIGPROF showed "[tracing stop]", a sweep)
-            states[c.thread.tid] = "R"
+    for c in captures:
+        states[c.thread.tid] = _state_at_stop(c)
     for c in captures:
         sampler.record(c)
     sampler.close(detach=False)
     return _Held(states, gil, missing, local_vars)
+
+
+def _state_at_stop(capture: Capture) -> str:
+    """A held thread's state as its stop shows it: "T" in a job-control stop (which the seize shows as a
+    tracing stop), "S" when its registers show it asleep in the kernel (``syscalls.waiting``: interrupted
+    in a wait, or just woken from one), else "R". Not /proc's letter read before the hold: the brief stops
+    of ``prepare_hold`` wake each sleeper, which goes back to sleep through the kernel's restart of its
+    call, and read then it was "R": two threads deadlocked in ``lock.acquire`` showed [running] in 5 dumps
+    of 10; and a tracing stop is nprof's own (a signal it had yet to pass on stopped the thread as it ran:
+    5 of 12 dumps of a program taking SIGPROF showed "[tracing stop]", a sweep)."""
+    if capture.thread.group_stopped:
+        return "T"
+    return "S" if syscalls.waiting(capture.slot.regs) else "R"
 
 
 def _avma(session: Session, fid: int) -> int | None:

@@ -25,9 +25,11 @@ from profiler.model import FrameKind, SampleClass
 from profiler.sampling.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
 from tests.support.targets import (
-    NOT_UTF8_NAME, process_state, run_nprof, run_nprof_without_map_files, running_target, wait_until,
+    NOT_UTF8_NAME, process_state, run_nprof, run_nprof_without_map_files, running_target, stop, wait_until,
 )  # fmt: skip
-from tests.targets.python.interpreters import TARGETS, Interpreter, debug_interpreter_params, interpreter_params
+from tests.targets.python.interpreters import (
+    TARGETS, Interpreter, debug_interpreter_params, interpreter_params, pyenv_interpreter,
+)  # fmt: skip
 
 INTERPRETERS = interpreter_params()
 
@@ -945,3 +947,27 @@ def test_a_thread_waiting_for_the_gil_before_its_first_frame_is_waiting_for_the_
     frameless = sum(n for (cls, runtime), n in in_take_gil.items() if not runtime)
     assert frameless > 0, f"some samples catch a new thread in take_gil: {in_take_gil}"
     assert set(cls for cls, _runtime in in_take_gil) == {SampleClass.GIL_WAIT}, in_take_gil
+
+
+@pytest.mark.parametrize("native", ["--native", "--no-native"])
+def test_dump_shows_deadlocked_threads_blocked_every_time(native):
+    """Two threads deadlocked in ``lock.acquire``, dumped 20 times while both CPUs are busy with other work:
+    each dump shows both asleep and neither holding the GIL. The state was /proc's, read after the dump's
+    first brief stops had woken each sleeper, which then went back to sleep through the kernel's restart of
+    its call: "[running]" in 5 of 10 dumps; it is the held stop's registers' now (``dump._state_at_stop``)."""
+    interp = pyenv_interpreter((3, 11)) or pytest.skip("no pyenv CPython 3.11")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        with running_target([interp.path, script("deadlock.py")], ready_at=2) as target:
+            for run in range(20):
+                result = run_nprof("dump", "--pid", str(target.pid), "--json", native)
+                assert result.returncode == 0, result.stderr
+                threads = {t["name"].split(" ")[0]: t for t in json.loads(result.stdout)["threads"]}
+                for name, mark in (("first", "first"), ("second", "second")):
+                    t = threads[name]
+                    where = [(f["name"], f["line"]) for f in t["frames"] if f["kind"] == "python"][0]
+                    assert where == (name, marked_line("deadlock.py", mark)), (run, t["frames"])
+                    assert t["state"] == "sleeping" and not t["holds_gil"], (run, name, t["state"], t["holds_gil"])
+    finally:
+        for hog in hogs:
+            stop(hog)

@@ -21,7 +21,7 @@ from profiler.errors import BinaryError
 from profiler.target.maps import Mapping
 from profiler.target.process import TargetProcess
 
-SUPPORTED = ((3, 8), (3, 14))  #: oldest and newest minor version the agent reads (3.14: untested)
+SUPPORTED = ((3, 8), (3, 14))  #: oldest and newest minor version the agent reads
 
 #: ``libpython3.12.so.1.0``, ``python3.11``, ``libpython3.13t.so``: the minor version and ABI flags
 _NAME = re.compile(r"^(?:lib)?python3\.(\d+)([a-z]*)(?:\.so.*)?$")

@@ -11,6 +11,7 @@ Names cannot do this everywhere: a stripped interpreter whose eval-loop body gcc
 ``_TAIL_CALL_*`` functions, and a name can be cached wrongly (``Target.flags`` before the runtime was found).
 The address of an activation's record is right whatever the frame is called. ``place`` is pure: the
 sampler calls it once per sample, and the positions it returns are part of the stack memo's key.
+Why and what was measured: docs/decisions/python-anchoring.md.
 """
 
 from __future__ import annotations

@@ -178,3 +178,17 @@ def test_records_out_of_order_or_in_no_frame_leave_the_sample_to_the_names():
     frames, outcome = merge([n(1), n(2)], [False, False], runtime, True, placed=(0, NOWHERE))
     assert outcome is MergeOutcome.UNANCHORED
     assert names(frames)[2] == ("unanchored",)
+
+
+def test_a_tail_calling_eval_loop_runs_its_group_in_the_frame_holding_the_entry():
+    """3.14's tail-calling interpreter (clang, ``--with-tail-call-interp``) runs each opcode in a
+    ``_TAIL_CALL_<op>`` handler that ``_PyEval_EvalFrameDefault`` calls (its entry frame, on its own C
+    stack, must outlive the call: Python/ceval.c), each handler tail-calling the next: one handler frame
+    is live, inward of the eval loop's. The group goes between them, by address and by name alike."""
+    tail_call, eval_loop = n(7), n(EVAL)  # (7: _TAIL_CALL_CALL.llvm.123, call glue, no anchor)
+    native = [n(1), tail_call, eval_loop, n(3)]
+    by_address, outcome = merge(native, anchors_of(native), [py(11)], True, placed=(2,))
+    assert outcome is MergeOutcome.PLACED
+    by_name, outcome = merge(native, anchors_of(native), [py(11)], True)
+    assert outcome is MergeOutcome.EXACT
+    assert names(by_address) == names(by_name) == [("c", 1), ("c", 7), ("py", 11), ("c", EVAL), ("c", 3)]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 
@@ -228,3 +231,20 @@ def test_a_session_whose_compressed_bytes_are_damaged_is_refused_as_corrupt(tmp_
     damaged.write_bytes(bytes(data))
     with pytest.raises(SessionFormatError, match="corrupt or truncated session file"):
         Session.load(str(damaged))
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def test_a_session_written_before_the_profile_had_its_room_loads_and_renders_the_same(tmp_path):
+    """``fixtures/c_heavy-2026-11-29.nprof``: 0.3 s of ``tests/targets/python/c_heavy.py`` on CPython 3.11,
+    written by nprof as of 2026-11-29, when the session lived in ``profiler/sampling``; its folded rendering
+    then is the ``.folded`` beside it. Every later nprof must load it and render it the same."""
+    session = Session.load(os.path.join(FIXTURES, "c_heavy-2026-11-29.nprof"))
+    assert session.total_samples == 68 and len(session.threads) == 1
+    out = tmp_path / "again.folded"
+    result = subprocess.run([sys.executable, "-m", "profiler", "report", os.path.join(FIXTURES,
+                            "c_heavy-2026-11-29.nprof"), "-o", str(out)], capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with open(os.path.join(FIXTURES, "c_heavy-2026-11-29.folded"), encoding="utf-8") as expected:
+        assert out.read_text(encoding="utf-8") == expected.read()

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 
 from benchmarks.bench_python import DEFAULT_INTERPRETER, profilers, run_once
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

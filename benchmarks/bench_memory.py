@@ -28,7 +28,7 @@ sys.path.insert(0, REPO)
 
 from benchmarks import checkouts  # noqa: E402
 from benchmarks.results import RESULTS, spread, write_rows  # noqa: E402
-from profiler.sampling.session import Session  # noqa: E402
+from profiler.profile.session import Session  # noqa: E402
 
 #: seconds into the recording at which the table reports resident memory (the last: its end)
 MARKS = (5, 30)

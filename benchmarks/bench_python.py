@@ -38,7 +38,7 @@ import time
 from benchmarks.bench_capture import build
 from benchmarks.results import RESULTS, spread, write_rows
 from profiler.model import StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.target.procfs import read_status, read_text, split_stat, tracer_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))

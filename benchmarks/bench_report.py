@@ -31,7 +31,7 @@ sys.path.insert(0, REPO)
 from benchmarks import checkouts  # noqa: E402
 from benchmarks.results import RESULTS, spread, write_rows  # noqa: E402
 from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason  # noqa: E402
-from profiler.sampling.session import Session, SessionMeta  # noqa: E402
+from profiler.profile.session import Session, SessionMeta  # noqa: E402
 
 FORMATS = {"speedscope": "out.speedscope.json", "folded": "out.folded", "top table": None}
 #: run in each report process: the command's own time and its peak RSS, from the kernel's high-water mark

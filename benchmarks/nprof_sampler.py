@@ -19,7 +19,7 @@ from profiler.config import SamplerConfig, SamplingPriority
 from profiler.model import SampleClass
 from profiler.target import syscalls
 from profiler.sampling.sampler import Sampler
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.target.capture import Capture
 
 

@@ -26,8 +26,8 @@ from profiler.config import SamplerConfig
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
 from profiler.runtime import Agent
 from profiler.sampling.sampler import Sampler
-from profiler.sampling.session import Session, SessionMeta
-from profiler.symbolize.symbolizer import resolve
+from profiler.profile.session import Session, SessionMeta
+from profiler.sampling.frame_names import name_frames
 from profiler.target import procfs, syscalls
 from profiler.target.capture import Capture, ThreadRecord
 from profiler.target.tracing_thread import TracingThread
@@ -96,7 +96,7 @@ def snapshot(
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
     with TracingThread() as tracing:  # its end detaches the target, without stopping it again
         states, gil, missing, local_vars = tracing.call(_hold, sampler, pid, native, with_locals)
-    for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions):
+    for message in name_frames(session, sampler.modules.objects, sampler.processes.agent_sessions):
         print(f"nprof: {message}", file=sys.stderr)
     threads = []
     kinds = session.frames.kinds()

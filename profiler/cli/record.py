@@ -34,8 +34,8 @@ from profiler.export.session import SessionExporter
 from profiler.runtime import Agent
 from profiler.sampling import niceness, priority
 from profiler.sampling.sampler import EndReason, Sampler
-from profiler.sampling.session import Session, SessionMeta
-from profiler.symbolize.symbolizer import resolve
+from profiler.profile.session import Session, SessionMeta
+from profiler.sampling.frame_names import name_frames
 from profiler.target import procfs
 from profiler.target.launch import LaunchedCommand
 from profiler.target.tracing_thread import TracingThread
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
                   "Ctrl-C to stop", file=sys.stderr)  # fmt: skip
             failure = tracing.call(_sample, sampler, stop)
         # the tracing thread has ended: the target runs on, detached, while its names are resolved
-        for message in resolve(session, sampler.modules.objects, sampler.processes.agent_sessions, export):
+        for message in name_frames(session, sampler.modules.objects, sampler.processes.agent_sessions, export):
             print(f"nprof: {message}", file=sys.stderr)
         why = _why_it_ended(sampler, stop, config) if failure is None else "stopped by an internal error"
         written = _write_outputs(session, output, session_path, exporter, export)

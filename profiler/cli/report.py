@@ -10,7 +10,7 @@ from profiler.cli.status import top_table
 from profiler.config import ExportConfig
 from profiler.errors import SessionFormatError
 from profiler.export.base import infer_format, write
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

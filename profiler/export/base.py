@@ -9,7 +9,7 @@ from typing import Protocol
 from profiler.atomic import is_stream, write_output
 from profiler.config import ExportConfig
 from profiler.errors import UsageError
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 
 class Exporter(Protocol):

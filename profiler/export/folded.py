@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from profiler.config import ExportConfig
 from profiler.export.base import Exporter
 from profiler.model import FrameInfo
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, process_labels, stack_counts
 from profiler.tree.display import StackDisplays
 

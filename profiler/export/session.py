@@ -1,4 +1,4 @@
-"""The .nprof session file as an output format (the file format itself lives in sampling/session.py)."""
+"""The .nprof session file as an output format (the file format itself lives in profile/session.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 from profiler.config import ExportConfig
 from profiler.export.base import Exporter
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 
 class SessionExporter(Exporter):

@@ -20,7 +20,7 @@ from profiler import __version__
 from profiler.config import ExportConfig
 from profiler.export.base import Exporter
 from profiler.model import FrameInfo
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, process_labels, stack_counts
 from profiler.tree.display import StackDisplays
 

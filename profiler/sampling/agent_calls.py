@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from profiler.runtime import RECAPTURE
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.sampling.target import Target
 from profiler.target import ptrace as pt
 from profiler.target.capture import AgentCapture, Capture, ThreadRecord

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from profiler.model import StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.target.capture import ThreadRecord
 
 if TYPE_CHECKING:

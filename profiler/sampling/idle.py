@@ -17,7 +17,7 @@ tell), once per thread and tick, before any thread is stopped.
 from __future__ import annotations
 
 from profiler.model import IDLE_CLASSES, SampleClass, StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.sampling.target import ThreadState
 from profiler.target.capture import ThreadRecord
 from profiler.target.procfs import EXITED_STATES

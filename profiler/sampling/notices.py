@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from profiler.binary.objfile import ObjectFile
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
 from profiler.model import FrameKind, Module, StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.target.procfs import DISK_SLEEP, read_status, tracer_label
 
 #: the end of a recording says that the stack window was too small when at least this share of the

@@ -20,7 +20,7 @@ from profiler.config import SamplerConfig
 from profiler.errors import NprofError
 from profiler.runtime import Agent, AgentSession
 from profiler.sampling.children import ChildWatcher, program_identity
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.sampling.target import Target
 from profiler.target.process import TargetProcess, shares_memory
 from profiler.target.procfs import children_of, exe_path, process_alive, thread_start_time

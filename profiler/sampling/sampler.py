@@ -36,7 +36,7 @@ from profiler.sampling.notices import (
 )
 from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.target import Target, ThreadState
 from profiler.sampling.thread_naming import ThreadNaming

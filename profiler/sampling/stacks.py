@@ -20,7 +20,7 @@ from profiler.model import (
 )
 from profiler.sampling.anchoring import UNKNOWN, place
 from profiler.sampling.merge import MergeOutcome, merge
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.sampling.target import Target, ThreadState
 from profiler.target import syscalls
 from profiler.target.capture import Capture, ThreadRecord

@@ -11,7 +11,7 @@ from profiler.config import SamplerConfig
 from profiler.model import NativeFrame, SampleClass, StopReason
 from profiler.runtime import Agent, AgentSession
 from profiler.sampling.dormancy import Dormancy
-from profiler.sampling.memo import FrameMemo
+from profiler.profile.memo import FrameMemo
 from profiler.target.capture import ThreadRecord
 from profiler.target.process import TargetProcess
 from profiler.unwind.address_space import AddressSpace

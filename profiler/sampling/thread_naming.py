@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from profiler.sampling.agent_calls import AgentCalls
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.sampling.target import Target, ThreadState
 from profiler.target.capture import ThreadRecord
 from profiler.target.procfs import read_comm

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from profiler.binary.objfile import ObjectFile
 from profiler.config import ExportConfig
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.tree.calltree import included
 
 #: a module is named when at least this share of the samples (idle ones left out, as in the top table), and

@@ -1,5 +1,7 @@
-"""Frame ids -> names, files, lines and inlined frames, once per unique frame, at the end of a recording
-(DESIGN.md section 2, rule 2: addresses in, names later).
+"""Frames -> names, files, lines and inlined frames, once per unique frame, at the end of a recording
+(DESIGN.md section 2, rule 2: addresses in, names later). ``symbolize`` takes a batch of frame keys
+(``(kind, module or agent index, address, offset)``, as the profile's frame table holds them) and returns
+what each is called; the caller puts the names in the profile (``sampling/frame_names.py``).
 
 Native frames are resolved per module: one batched ``searchsorted`` over its symbol table names every
 frame; where the module (or its separate debug file) has DWARF, ``DwarfResolver`` adds the source line
@@ -21,15 +23,12 @@ from collections.abc import Mapping, Sequence
 from profiler.binary.objfile import ObjectFile
 from profiler.binary.plt import PLT_SUFFIX
 from profiler.errors import BinaryError
-from profiler.config import ExportConfig
 from profiler.model import SYNTHETIC_LABELS, FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
+from profiler.profile.tables import FrameKey
 from profiler.runtime import AgentSession
-from profiler.sampling.session import Session
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
-from profiler.symbolize.missing import missing_symbol_notices
-from profiler.target.procfs import printable
 
 #: seconds the DWARF line/inline resolution of one recording may take; frames not reached by then keep
 #: their symbol-table names (libpython's worst case, every function, measured 3.1 s here)
@@ -51,56 +50,58 @@ def module_label(module: Module | None) -> str:
 
 @dataclasses.dataclass
 class Symbolized:
-    frames: list[FrameInfo]  #: per frame id: the function it is in (outermost of an inline chain)
-    inlined: dict[int, list[FrameInfo]]  #: frame id -> the inlined calls inside it, outermost first
+    """What ``symbolize`` found, indexed like the keys it was given."""
+
+    frames: list[FrameInfo]  #: per key: the function it is in (outermost of an inline chain)
+    inlined: dict[int, list[FrameInfo]]  #: key index -> the inlined calls inside it, outermost first
     #: one line per module whose DWARF could not be read whole: its frames there may lack lines or inlines
     notices: list[str] = dataclasses.field(default_factory=list)
-    #: frame id -> module id, for native frames of file-backed modules that nothing named (``module+0x…``)
+    #: key index -> module id, for native frames of file-backed modules that nothing named (``module+0x…``)
     unnamed: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def symbolize(
-    session: Session,
+    keys: Sequence[FrameKey],
+    modules: Sequence[Module],
+    agent_names: Sequence[str],
     objects: Mapping[int, ObjectFile],
     agents: Mapping[str, AgentSession] | None = None,
     dwarf_budget: float = DWARF_BUDGET,
 ) -> Symbolized:
-    """Resolve every frame of ``session`` (frames already resolved keep their names)."""
-    cols = session.frames.columns()
-    kinds, modules, addresses, offsets = (cols[k] for k in ("kind", "module", "address", "offset"))
-    known = session.frame_info or []
-    out: list[FrameInfo | None] = list(known) + [None] * (len(kinds) - len(known))
-    inlined = dict(session.inlined)
+    """Name each frame of ``keys``: native ones by ``modules[module]`` and its object file
+    (``objects[module]``), runtime ones by the agent named ``agent_names[index]`` among ``agents``."""
+    agents = agents or {}
+    out: list[FrameInfo | None] = [None] * len(keys)
+    inlined: dict[int, list[FrameInfo]] = {}
     by_module: dict[int, list[int]] = defaultdict(list)
-    for fid in range(len(known), len(kinds)):
-        kind = int(kinds[fid])
+    for i, (kind, module, address, offset) in enumerate(keys):
         if kind == FrameKind.NATIVE:
-            by_module[int(modules[fid])].append(fid)
+            by_module[module].append(i)
         elif kind == FrameKind.RUNTIME:
-            out[fid] = _runtime_info(session, agents or {}, int(modules[fid]), int(addresses[fid]), int(offsets[fid]))
+            out[i] = _runtime_info(agent_names, agents, module, address, offset)
         else:
-            out[fid] = FrameInfo(SYNTHETIC_LABELS.get(int(addresses[fid]), f"[{int(addresses[fid])}]"))
+            out[i] = FrameInfo(SYNTHETIC_LABELS.get(address, f"[{address}]"))
     deadline = time.monotonic() + dwarf_budget
     notices: list[str] = []
     unnamed: dict[int, int] = {}
     dwarf = _DwarfFrames(deadline, notices)
-    for mid, fids in by_module.items():
-        module = session.modules[mid] if 0 <= mid < len(session.modules) else None
-        rels = [int(a) for a in addresses[fids]]
+    for mid, indexes in by_module.items():
+        module = modules[mid] if 0 <= mid < len(modules) else None
+        rels = [keys[i][2] for i in indexes]
         names, named = _symbol_names(module, objects.get(mid), rels)
         lines = dwarf.frames(objects.get(mid), rels)
         label = module_label(module) if module is not None else None
-        for fid, name, chain, has_name in zip(fids, names, lines, named):
+        for i, name, chain, has_name in zip(indexes, names, lines, named):
             if chain:
-                out[fid] = dataclasses.replace(chain[0], module=label)
+                out[i] = dataclasses.replace(chain[0], module=label)
                 if len(chain) > 1:
-                    inlined[fid] = [dataclasses.replace(f, module=label) for f in chain[1:]]
+                    inlined[i] = [dataclasses.replace(f, module=label) for f in chain[1:]]
             else:
-                out[fid] = FrameInfo(name, module=label)
+                out[i] = FrameInfo(name, module=label)
                 if not has_name and module is not None and module.file_backed:
-                    unnamed[fid] = mid
+                    unnamed[i] = mid
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
-    _mark_interpreter_frames(session, infos, inlined, agents or {}, kinds, modules, addresses)
+    _mark_interpreter_frames(keys, modules, infos, inlined, agents)
     return Symbolized(infos, inlined, notices, unnamed)
 
 
@@ -183,9 +184,9 @@ def _resolver(obj: ObjectFile) -> DwarfResolver | None:
 
 
 def _runtime_info(
-    session: Session, agents: Mapping[str, AgentSession], agent_index: int, code: int, offset: int
+    agent_names: Sequence[str], agents: Mapping[str, AgentSession], agent_index: int, code: int, offset: int
 ) -> FrameInfo:
-    name = session.agents[agent_index] if 0 <= agent_index < len(session.agents) else "?"
+    name = agent_names[agent_index] if 0 <= agent_index < len(agent_names) else "?"
     agent = agents.get(name)
     if agent is None:
         return FrameInfo(f"[{name} 0x{code:x}]")
@@ -193,13 +194,11 @@ def _runtime_info(
 
 
 def _mark_interpreter_frames(
-    session: Session,
+    keys: Sequence[FrameKey],
+    modules: Sequence[Module],
     infos: list[FrameInfo],
     inlined: dict[int, list[FrameInfo]],
     agents: Mapping[str, AgentSession],
-    kinds: object,
-    modules: object,
-    addresses: object,
 ) -> None:
     """Flag the native frames an agent calls its interpreter's own glue (for --hide-interpreter): by address
     for out-of-line frames, by name for the copies inlined into other functions and for the PLT stubs that
@@ -207,41 +206,23 @@ def _mark_interpreter_frames(
     its PLT, and no symbol covers a stub, so no address range holds it)."""
     by_name = [a.is_interpreter_function for a in agents.values() if hasattr(a, "is_interpreter_function")]
     if by_name:
-        for fid, chain in inlined.items():
+        for i, chain in inlined.items():
             glue = [not f.interpreter and any(check(f.name) for check in by_name) for f in chain]
             if any(glue):
-                inlined[fid] = [dataclasses.replace(f, interpreter=True) if g else f for f, g in zip(chain, glue)]
+                inlined[i] = [dataclasses.replace(f, interpreter=True) if g else f for f, g in zip(chain, glue)]
     checks = [a.is_interpreter_frame for a in agents.values() if hasattr(a, "is_interpreter_frame")]
     if not checks and not by_name:
         return
-    for fid, info in enumerate(infos):
-        if int(kinds[fid]) != FrameKind.NATIVE or info.interpreter:
+    for i, info in enumerate(infos):
+        kind, mid, rel, _offset = keys[i]
+        if kind != FrameKind.NATIVE or info.interpreter:
             continue
         if info.name.endswith(PLT_SUFFIX):  # no function's range holds a stub: its target's name decides
             glue = any(check(info.name.removesuffix(PLT_SUFFIX)) for check in by_name)
         else:
-            mid, rel = int(modules[fid]), int(addresses[fid])
-            if not 0 <= mid < len(session.modules):
+            if not 0 <= mid < len(modules):
                 continue
-            frame = NativeFrame(mid, rel, rel + session.modules[mid].bias, UnwindMethod.IP)
+            frame = NativeFrame(mid, rel, rel + modules[mid].bias, UnwindMethod.IP)
             glue = any(check(frame) for check in checks)
         if glue:
-            infos[fid] = dataclasses.replace(info, interpreter=True)
-
-
-def resolve(
-    session: Session,
-    objects: Mapping[int, ObjectFile],
-    agents: Mapping[str, AgentSession] | None = None,
-    shown: ExportConfig | None = None,
-) -> list[str]:
-    """Symbolize in place, so exporters and the session file see names. Returns what the user must be told
-    (files whose DWARF could not be read whole; modules whose functions without a name much of the profile
-    ran in, of the samples ``shown``, and what names them), also kept in the session's notices."""
-    result = symbolize(session, objects, agents)
-    session.frame_info = result.frames
-    session.inlined = result.inlined
-    missing = missing_symbol_notices(session, result.unnamed, objects, shown)
-    notices = [printable(n) for n in result.notices + missing]  # they name files, by paths from the maps
-    session.meta.notices.extend(notices)
-    return notices
+            infos[i] = dataclasses.replace(info, interpreter=True)

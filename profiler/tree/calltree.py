@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo, SampleClass
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 
 def included(cls: int, config: ExportConfig) -> bool:

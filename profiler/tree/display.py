@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from profiler.model import FrameInfo, FrameKind
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 
 def frame_info(session: Session, fid: int) -> FrameInfo:

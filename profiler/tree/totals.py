@@ -10,7 +10,7 @@ import numpy as np
 
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo, FrameKind
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, stack_counts
 from profiler.tree.display import StackDisplays, tree_levels
 

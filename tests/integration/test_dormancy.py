@@ -15,8 +15,8 @@ from profiler.config import SamplerConfig, SamplingPriority
 from profiler.model import SampleClass
 from profiler.sampling.dormancy import MIN_THREADS
 from profiler.sampling.sampler import EndReason, Sampler
-from profiler.sampling.session import Session, SessionMeta
-from profiler.symbolize.symbolizer import resolve
+from profiler.profile.session import Session, SessionMeta
+from profiler.sampling.frame_names import name_frames
 from profiler.target import threads as threads_module
 from tests.support.elf32 import write_i386_binary
 from tests.support.targets import assert_running_free, running_target
@@ -57,7 +57,7 @@ def record_through_a_wake(dormant_fp: str, idle: bool, quiet: int, after: float,
                 added = sampler.add_process(target.pid, trace_exec=True)
                 for _tick in sampler.run(should_stop):
                     pass
-                resolve(session, sampler.modules.objects)
+                name_frames(session, sampler.modules.objects)
             finally:
                 sampler.close()
             assert_running_free(target.pid)

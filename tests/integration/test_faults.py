@@ -12,7 +12,7 @@ import time
 import pytest
 
 from profiler.model import StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.target.procfs import read_text, split_stat, tracer_process
 from tests.support.profiles import read_speedscope, share
 from tests.support.targets import (

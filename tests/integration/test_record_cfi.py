@@ -17,7 +17,7 @@ import pytest
 from profiler.binary.elf import ElfFile
 from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.model import StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
 from tests.support.targets import FRAME_POINTERS, NO_FRAME_POINTERS, build_c, run_nprof, running_target
 

@@ -21,7 +21,7 @@ from profiler.binary.elf import ElfFile
 from profiler.binary.minidebug import mini_debuginfo
 from profiler.binary.objfile import ObjectFile
 from profiler.model import StopReason
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.symbolize.missing import _package_of
 from tests.support.profiles import ThreadProfile, ends_with, read_speedscope, share
 from profiler.target import procfs

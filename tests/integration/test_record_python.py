@@ -22,7 +22,7 @@ import pytest
 from agents.cpython.anchors import is_call_glue
 from agents.cpython.capture import MAX_FRAMES
 from profiler.model import FrameKind, SampleClass
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
 from tests.support.targets import (
     NOT_UTF8_NAME, process_state, run_nprof, run_nprof_without_map_files, running_target, stop, wait_until,

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from profiler.target.procfs import tracer_process
 from tests.support.profiles import ends_with, read_speedscope
 from tests.support.targets import (

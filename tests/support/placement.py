@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from profiler.model import FrameKind, SyntheticFrame
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 
 _SYMBOL = re.compile(r"^\s*\d+:\s+([0-9a-f]+)\s+(\d+)\s+FUNC\s+\S+\s+\S+\s+\S+\s+(\S+)$")
 _BUILD_ID = re.compile(r"Build ID:\s*([0-9a-f]+)")

@@ -9,7 +9,7 @@ import pytest
 from profiler.model import SampleClass, StopReason
 from profiler.sampling import dormancy as dormancy_module
 from profiler.sampling.dormancy import Dormancy
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.target import ThreadState
 from profiler.target.capture import ThreadRecord
 

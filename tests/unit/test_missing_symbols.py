@@ -9,7 +9,7 @@ import pytest
 
 from profiler.config import ExportConfig
 from profiler.model import FrameKind, Module, SampleClass, StopReason
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.symbolize.missing import _candidates, _package_of, choose_debug_package, missing_symbol_notices
 
 APP, LIB = 0, 1

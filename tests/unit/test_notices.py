@@ -11,7 +11,7 @@ from profiler.sampling.notices import (
     unstopped_threads,
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.target import Target
 from profiler.target.maps import Mapping, MappingIndex
 

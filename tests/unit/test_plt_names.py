@@ -20,7 +20,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.binary.plt import load_plt_stubs
 from profiler.binary.symbols import ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
 from profiler.model import FrameKind, Module, NativeFrame, SampleClass, StopReason
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import _symbol_names, symbolize
 from agents.cpython.anchors import InterpreterFunctions, is_call_glue
 
@@ -179,6 +179,7 @@ def test_a_stub_that_leads_to_call_glue_is_interpreter_glue(path):
     pcs = [int(stubs.starts[glue[0]]) + 4, int(stubs.starts[other[0]]) + 4]
     sid = session.intern_stack(tuple((FrameKind.NATIVE, 0, pc, 0) for pc in pcs))
     session.add_sample(session.thread_index(7, 7, 1, "main"), sid, StopReason.END_OF_STACK, SampleClass.RUNNING, 1)
-    infos = symbolize(session, {0: obj}, {"cpython": InterpreterGlue(obj)}).frames
+    keys = [session.frames.key(fid) for fid in range(len(session.frames))]
+    infos = symbolize(keys, session.modules, session.agents, {0: obj}, {"cpython": InterpreterGlue(obj)}).frames
     shown = {info.name: info.interpreter for info in infos}
     assert shown == {f"{stubs.names[glue[0]]}@plt": True, f"{stubs.names[other[0]]}@plt": False}

@@ -12,7 +12,7 @@ from profiler.model import SampleClass
 from profiler.runtime import RECAPTURE
 from profiler.sampling.idle import IDLE_EPSILON_NS
 from profiler.sampling.sampler import Sampler
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.target import Target, ThreadState
 from profiler.target.capture import ThreadRecord
 

@@ -9,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 from profiler.config import SamplerConfig
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.stacks import StackRecorder
 from profiler.target.capture import ThreadRecord
 from profiler.target.maps import Mapping, MappingIndex

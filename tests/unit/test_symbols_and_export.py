@@ -20,7 +20,7 @@ from profiler.cli.status import error_summary
 from profiler.export.folded import FoldedExporter
 from profiler.export.speedscope import SpeedscopeExporter
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.symbolize.demangle import demangle
 
 

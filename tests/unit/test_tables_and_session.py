@@ -13,9 +13,9 @@ import pytest
 
 from profiler.errors import SessionFormatError
 from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason
-from profiler.sampling.session import Session, SessionMeta
-from profiler.tree.tables import FrameTable, StackTable
-from profiler.sampling.memo import FrameMemo
+from profiler.profile.session import Session, SessionMeta
+from profiler.profile.tables import FrameTable, StackTable
+from profiler.profile.memo import FrameMemo
 
 
 def key(i: int) -> tuple[int, int, int, int]:
@@ -197,16 +197,16 @@ def test_another_output_given_as_a_session_says_what_it_is(tmp_path, content, sa
 
 def test_session_file_version_mismatch(tmp_path, monkeypatch):
     path = str(tmp_path / "s.nprof")
-    monkeypatch.setattr("profiler.sampling.session.FORMAT_VERSION", 99)
+    monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 99)
     make_session().save(path)
-    monkeypatch.setattr("profiler.sampling.session.FORMAT_VERSION", 1)
+    monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 1)
     with pytest.raises(SessionFormatError, match="version 99 is not supported"):
         Session.load(path)
 
 
 def test_a_frame_memo_starts_over_once_its_keys_hold_its_frames():
     """Bounded by the frames its keys hold, not by its entries: a few deep stacks fill it as many shallow
-    ones do (``sampling/memo.py``)."""
+    ones do (``profile/memo.py``)."""
     memo: FrameMemo[int] = FrameMemo(max_frames=100)
     memo.put("deep", 1, 60)
     memo.put("deeper", 2, 60)  # 60 held before it: kept, now 120

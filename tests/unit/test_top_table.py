@@ -7,7 +7,7 @@ import pytest
 
 from profiler.cli.status import short_label, top_table
 from profiler.config import ExportConfig
-from profiler.sampling.session import Session, SessionMeta
+from profiler.profile.session import Session, SessionMeta
 from profiler.tree.calltree import command_line
 
 

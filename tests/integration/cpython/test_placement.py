@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from profiler.sampling.session import Session
+from profiler.profile.session import Session
 from tests.support.placement import placement
 from tests.support.targets import run_nprof, running_target
 from tests.targets.python.interpreters import (

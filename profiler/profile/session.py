@@ -25,8 +25,8 @@ from profiler import __version__
 from profiler.atomic import atomic_write
 from profiler.errors import SessionFormatError
 from profiler.model import FrameInfo, Module, SampleClass, StopReason
-from profiler.sampling.memo import FrameMemo
-from profiler.tree.tables import FrameKey, FrameTable, StackTable
+from profiler.profile.memo import FrameMemo
+from profiler.profile.tables import FrameKey, FrameTable, StackTable
 
 #: frame keys ``intern_stack``'s cache holds before it starts over (``memo.py``): a key costs ~150 bytes a
 #: frame (a tuple of four ints); unbounded, a program with ever new stacks (a random call graph at 1 kHz)

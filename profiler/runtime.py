@@ -1,36 +1,57 @@
 """The agent protocol: how a managed runtime (CPython, a JIT with perf maps) teaches the engine its frames.
 
-DESIGN.md section 4. The engine never imports a concrete agent; ``cli`` and ``daemon`` pass instances in.
-The split matters for the target: ``capture`` runs while the thread is stopped and must only copy bytes;
-``frames`` and ``describe`` run after it has been resumed.
+DESIGN.md section 4. The engine never imports a concrete agent; ``cli`` and ``daemon`` pass ``Agent``s in.
+An agent is an ``Agent`` (a factory) whose ``detect`` returns an ``AgentSession`` for a process it recognises.
+A session must do what ``AgentSession`` declares; each optional capability is a small protocol of its own,
+which the engine checks once, when the session is made (``Capabilities.of``), and calls without looking
+again. The split that matters for the target: ``capture``/``snapshot`` run while the thread is stopped
+and only copy bytes; everything else runs after it has been resumed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 
 if TYPE_CHECKING:
     from profiler.target.process import TargetProcess
+    from profiler.target.ptrace import user_regs_struct
+    from profiler.unwind.stack import StackWindow
+
+
+class CoRead(Protocol):
+    """Ranges an agent wants copied in the same ``process_vm_readv`` as a stopped thread's stack window."""
+
+    def read_with_stack(self, tid: int, dest: int, addr: int, size: int) -> int:
+        """Copy the window ``[addr, addr + size)`` to ``dest`` (``size`` is 0 without a native stack) and the
+        agent's ranges wherever it keeps them; the window's bytes read, or -errno."""
+
+
+class StopCopy(Protocol):
+    """What an agent hands back from a stop: opaque to the engine, which keeps it with the thread's copy and
+    passes it back to the agent after resume. ``co_read``: None, or ranges for the tracer to copy with the
+    stack window (``CoRead``)."""
+
+    co_read: CoRead | None
 
 
 @runtime_checkable
 class AgentSession(Protocol):
-    """One agent attached to one process."""
+    """One agent attached to one process: what every agent must do."""
 
     #: short name used in frame keys and session files, e.g. "cpython"
     name: str
 
-    def capture(self, tid: int, regs: object) -> object | None:
-        """Copy what decoding needs from the stopped thread ``tid``: syscalls only, no decoding.
+    def capture(self, tid: int, regs: user_regs_struct) -> StopCopy | None:
+        """Copy what decoding needs from the stopped thread ``tid``: syscalls only, no decoding. ``regs`` is
+        valid only during this call (CPython before 3.11 reads ``fs_base`` to find the thread's state)."""
 
-        ``regs`` is the thread's ``user_regs_struct`` (python-ptrace), valid only during this call; an agent
-        reads the few fields it needs (``fs_base`` maps a thread to a CPython thread state before 3.11).
-        """
-
-    def frames(self, capture: object) -> list[RuntimeFrame]:
-        """Decode a capture into runtime frames, innermost first (after the thread was resumed)."""
+    def frames(self, copy: StopCopy) -> list[RuntimeFrame]:
+        """Decode a copy into runtime frames, innermost first (after the thread was resumed). ``entry`` marks
+        the first frame of each native eval-loop activation (``sampling/merge.py``)."""
 
     def is_anchor(self, frame: NativeFrame) -> bool:
         """True for the native frames runtime frames attach to (e.g. ``_PyEval_EvalFrameDefault``)."""
@@ -39,54 +60,146 @@ class AgentSession(Protocol):
         """Name, file and line of a runtime frame; called once per unique frame, at export."""
 
 
-#: What ``settle`` returns for a snapshot that did not hold everything: the engine stops the thread again
-#: and calls ``snapshot`` during that stop (the agent may copy more this time: what the settle found it
-#: lacked, where it can name it; or return None, and the engine calls ``capture`` in the same stop). A
-#: second snapshot that falls short too is followed by a third stop, which calls ``capture``.
-RECAPTURE = object()
+class _Recapture:
+    """The type of ``RECAPTURE``: a copy that is not one."""
 
-#: Optional ``AgentSession`` methods the engine uses when an agent has them:
-#:
-#: * ``snapshot(tid, regs) -> object | None`` and ``settle(data) -> object``, a pair: during the stop,
-#:   ``snapshot`` copies only bytes it can name without reading any (what the thread's previous capture
-#:   needed), and after resume ``settle`` works out from them what ``capture`` would have returned: it
-#:   returns that, or ``RECAPTURE`` when the walk needed a byte the snapshot did not hold. ``snapshot``
-#:   returns None when it cannot help (a thread not seen before): the engine calls ``capture`` in the same
-#:   stop then. ``settle`` returns anything that did not come from ``snapshot`` unchanged.
-#:   What ``snapshot`` (or ``capture``) returns may have a ``co_read`` that is not None: the tracer then
-#:   copies the stack window with ``co_read.read_with_stack(tid, dest, addr, size) -> int`` (the window's
-#:   bytes read, or -errno), which copies the agent's ranges in the same ``process_vm_readv``, right after
-#:   the hook returned (``size`` is 0 without a native stack).
-#: * ``refresh(force=False)``: between ticks, never while a thread is stopped (re-read thread lists...), when
-#:   the agent sees fit, or at once with ``force``: ``nprof dump`` does that with every thread held, then
-#:   captures each, so that the snapshot holds every thread the runtime knows.
-#: * ``holds_gil(capture) -> bool | None``: the thread held the runtime's global lock at the stop.
-#: * ``is_gil_wait(frame) -> bool``: a native frame of the runtime's lock wait (CPython's ``take_gil``).
-#: * ``is_interpreter_frame(frame) -> bool``: the interpreter's own glue between its eval loop and a C call,
-#:   hidden by ``--hide-interpreter``.
-#: * ``is_interpreter_function(name) -> bool``: the same, by a function's name, for the copies of that glue
-#:   inlined into other functions (DWARF names them; they have no address range of their own).
-#: * ``thread_name(tid, fs_base, alive_since) -> str | None``: the runtime's name for a thread, known alive at
-#:   ``alive_since`` (monotonic): a name the runtime gave before then may be an exited thread's.
-#: * ``locals(capture) -> list[list[tuple[str, str]]]``: per runtime frame, (name, value text) pairs; called
-#:   while the thread is still stopped (``nprof dump --locals``).
-#: * ``counters() -> dict[str, int]``: per-sample failures the agent counted (truncated chains...), added to
-#:   the session's counters at the end of a recording.
-#: * ``notices() -> list[str]``: at the end of a recording, what the user must be told about it (the runtime's
-#:   frames could not be read at all...), one line each.
-#: * ``label``, a property: the runtime as the user is told of it ("CPython 3.12 (libpython3.12.so.1.0)"),
-#:   in the notice of a runtime found after the attach; ``name`` where there is none.
-OPTIONAL_SESSION_METHODS = (
-    "snapshot", "settle", "refresh", "holds_gil", "is_gil_wait", "is_interpreter_frame",
-    "is_interpreter_function", "thread_name",
-    "locals", "counters", "notices", "label",
-)  # fmt: skip
+    co_read: CoRead | None = None
+
+
+#: What ``Snapshots.settle`` returns for a snapshot that did not hold everything: the engine stops the thread
+#: again and calls ``snapshot`` during that stop (the agent may copy more this time, or return None, and the
+#: engine calls ``capture`` in the same stop). A second snapshot that falls short is followed by a third
+#: stop, which calls ``capture``.
+RECAPTURE: StopCopy = _Recapture()
+
+
+# --- optional capabilities: each checked once per session (``Capabilities.of``) ----------------------------
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """A cheaper copy in the stop, worked out after resume. ``snapshot`` copies only bytes it can name without
+    reading any (what the thread's previous capture needed; its ``co_read`` has the tracer copy them with the
+    stack window), or returns None when it cannot help (the engine calls ``capture`` in the same stop).
+    ``settle`` turns it into what ``capture`` would have returned, or ``RECAPTURE``; anything that did not
+    come from ``snapshot`` it returns unchanged (or ``RECAPTURE`` where a capture fell short)."""
+
+    def snapshot(self, tid: int, regs: user_regs_struct) -> StopCopy | None: ...
+
+    def settle(self, copy: StopCopy) -> StopCopy | None: ...
+
+
+@runtime_checkable
+class Refreshes(Protocol):
+    """Work between ticks, never while a thread is stopped (re-reading thread lists...), when the agent sees
+    fit, or at once with ``force``: ``nprof dump`` does that with every thread held, then captures each."""
+
+    def refresh(self, force: bool = False) -> None: ...
+
+
+@runtime_checkable
+class RuntimeLock(Protocol):
+    """A global runtime lock (CPython's GIL): whether a copy's thread held it, None if unknown; whether a
+    native frame is inside the wait for it (``take_gil``)."""
+
+    def holds_gil(self, copy: StopCopy) -> bool | None: ...
+
+    def is_gil_wait(self, frame: NativeFrame) -> bool: ...
+
+
+@runtime_checkable
+class ActivationRecords(Protocol):
+    """Where each group of a copy's runtime frames (innermost first, as the merge groups them) keeps the record
+    of its native eval-loop activation on the C stack, 0 where unknown; called after ``frames``
+    (``sampling/anchoring.py``). ``anchors_complete``: ``is_anchor`` names every part of the eval loop, so a
+    placement by address it disagrees with is counted."""
+
+    anchors_complete: bool
+
+    def activations(self, copy: StopCopy, stack: StackWindow) -> Sequence[int]: ...
+
+
+@runtime_checkable
+class InterpreterGlue(Protocol):
+    """The runtime's own native frames between its eval loop and a C call, hidden by ``--hide-interpreter``:
+    by address, and by name for copies inlined into other functions (DWARF names those)."""
+
+    def is_interpreter_frame(self, frame: NativeFrame) -> bool: ...
+
+    def is_interpreter_function(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class CoroutineStacks(Protocol):
+    """Functions at the base of a coroutine's own C stack (greenlet's ``g_initialstub``), by name."""
+
+    def is_coroutine_base(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class ThreadNames(Protocol):
+    """The runtime's name for a thread known alive at ``alive_since`` (monotonic): a name given before then
+    may be an exited thread's."""
+
+    def thread_name(self, tid: int, fs_base: int, alive_since: float) -> str | None: ...
+
+
+@runtime_checkable
+class Locals(Protocol):
+    """Per runtime frame of ``frames(copy)``, (name, value text) pairs; called while the thread is still
+    stopped (``nprof dump --locals``)."""
+
+    def locals(self, copy: StopCopy) -> list[list[tuple[str, str]]]: ...
+
+
+@runtime_checkable
+class Reports(Protocol):
+    """At the end of a recording: per-sample failures the agent counted, and what the user must be told, one
+    line each; ``label``: the runtime as the user is told of it ("CPython 3.12 (libpython3.12.so.1.0)")."""
+
+    label: str
+
+    def counters(self) -> dict[str, int]: ...
+
+    def notices(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional capabilities one agent session has, each None where it has not."""
+
+    snapshots: Snapshots | None = None
+    refreshes: Refreshes | None = None
+    lock: RuntimeLock | None = None
+    records: ActivationRecords | None = None
+    glue: InterpreterGlue | None = None
+    coroutines: CoroutineStacks | None = None
+    names: ThreadNames | None = None
+    locals: Locals | None = None
+    reports: Reports | None = None
+
+    @classmethod
+    def of(cls, session: AgentSession) -> Capabilities:
+        """Check ``session`` once for every optional capability."""
+        return cls(
+            snapshots=session if isinstance(session, Snapshots) else None,
+            refreshes=session if isinstance(session, Refreshes) else None,
+            lock=session if isinstance(session, RuntimeLock) else None,
+            records=session if isinstance(session, ActivationRecords) else None,
+            glue=session if isinstance(session, InterpreterGlue) else None,
+            coroutines=session if isinstance(session, CoroutineStacks) else None,
+            names=session if isinstance(session, ThreadNames) else None,
+            locals=session if isinstance(session, Locals) else None,
+            reports=session if isinstance(session, Reports) else None,
+        )
 
 
 class Agent(Protocol):
     """A factory that recognises its runtime in a process."""
 
     name: str
+    #: why the last ``detect`` found no runtime, for the notice that the process is profiled natively
+    last_reason: str | None
 
     def detect(self, process: TargetProcess) -> AgentSession | None:
         """Return a session if the runtime is present, None if not. Raise only for setup failures."""

@@ -141,8 +141,7 @@ def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
     tracing. Returns each thread's state letter, whether it holds the GIL, the threads that did not stop
     (with their state and kernel wait channel), and each thread's Python locals."""
     target = sampler.add_process(pid)
-    agent = target.agent
-    locals_of = getattr(agent, "locals", None) if with_locals else None
+    locals_of = target.caps.locals.locals if with_locals and target.caps.locals is not None else None
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     # not a thread in uninterruptible sleep, which stops for neither and would make the dump wait twice
     live = sampler.tracer.seized.sync(pid)
@@ -161,15 +160,17 @@ def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
         # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
         # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
         # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
-        if target.refresh is not None:
-            target.refresh(force=True)
+        if target.caps.refreshes is not None:
+            target.caps.refreshes.refresh(force=True)
         for c in captures:
             c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
         if locals_of is not None:
             for c in captures:
                 if c.agent_data is not None:
                     local_vars[c.thread.tid] = locals_of(c.agent_data)
-    gil = {c.thread.tid: _holds_gil(agent, c.agent_data) for c in captures}
+    lock = target.caps.lock
+    gil = {c.thread.tid: lock.holds_gil(c.agent_data) if lock and c.agent_data is not None else None
+           for c in captures}  # fmt: skip
     for c in captures:
         states[c.thread.tid] = _state_at_stop(c)
     for c in captures:
@@ -196,11 +197,6 @@ def _avma(session: Session, fid: int) -> int | None:
     if 0 <= module < len(session.modules):
         return rel + session.modules[module].bias
     return rel if module == -1 else None
-
-
-def _holds_gil(agent: object, capture: object) -> bool | None:
-    holds = getattr(agent, "holds_gil", None)
-    return holds(capture) if holds is not None and capture is not None else None
 
 
 def render_text(session: Session, threads: list[DumpThread]) -> str:

@@ -9,13 +9,15 @@ process that exec'd gets a new Target (and agent) under the same pid.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
-from profiler.runtime import RECAPTURE
+from profiler.runtime import RECAPTURE, StopCopy
 from profiler.profile.session import Session
 from profiler.sampling.target import Target
 from profiler.target import ptrace as pt
 from profiler.target.capture import AgentCapture, Capture, ThreadRecord
+
+T = TypeVar("T")
 
 
 class AgentCalls:
@@ -31,13 +33,14 @@ class AgentCalls:
         is asked for, else its full ``capture``. Made once per kind, so a stop pays one Python call here."""
         targets, session = self.targets, self.session
 
-        def hook(record: ThreadRecord, regs: pt.user_regs_struct) -> object:
+        def hook(record: ThreadRecord, regs: pt.user_regs_struct) -> StopCopy | None:
             target = targets.get(record.pid)
             if target is None or target.agent is None:
                 return None
             try:
-                if snapshot and target.snapshot is not None:
-                    data = target.snapshot(record.tid, regs)
+                snapshots = target.caps.snapshots
+                if snapshot and snapshots is not None:
+                    data = snapshots.snapshot(record.tid, regs)
                     if data is not None:
                         return data
                 return target.agent.capture(record.tid, regs)
@@ -50,11 +53,11 @@ class AgentCalls:
     def settle(self, capture: Capture) -> bool:
         """After resume: the agent's capture from its snapshot. False: the snapshot fell short, and the
         thread must be captured again (the first capture is dropped whole, native stack included)."""
-        settle = self.targets[capture.thread.pid].settle
-        if settle is None or capture.agent_data is None:
+        snapshots = self.targets[capture.thread.pid].caps.snapshots
+        if snapshots is None or capture.agent_data is None:
             return True
         try:
-            data = settle(capture.agent_data)
+            data = snapshots.settle(capture.agent_data)
         except Exception:
             self.session.count("agent_settle_errors")
             data = None  # recorded with native frames only
@@ -72,25 +75,28 @@ class AgentCalls:
 
     def thread_name(self, target: Target, tid: int, fs_base: int, alive_since: float) -> str | None:
         """The runtime's own name for a thread (CPython: ``threading.Thread.name``), None if it has none;
-        ``alive_since``: a monotonic time the thread was alive at (``runtime.py``)."""
-        return self._optional(target, "thread_name", "agent_name_errors", None, tid, fs_base, alive_since)
+        ``alive_since``: a monotonic time the thread was alive at (``runtime.ThreadNames``)."""
+        names = target.caps.names
+        if names is None:
+            return None
+        return self._guarded(lambda: names.thread_name(tid, fs_base, alive_since), "agent_name_errors", None)
 
     def counters(self, target: Target) -> dict[str, int]:
-        """What the agent counted over the recording (none if it has no ``counters``)."""
-        return dict(self._optional(target, "counters", "agent_counter_errors", {}))
+        """What the agent counted over the recording (none if it reports nothing: ``runtime.Reports``)."""
+        reports = target.caps.reports
+        empty: dict[str, int] = {}
+        return empty if reports is None else dict(self._guarded(reports.counters, "agent_counter_errors", empty))
 
     def notices(self, target: Target) -> list[str]:
-        """The agent's end-of-recording notices for the user (none if it has no ``notices``)."""
-        return list(self._optional(target, "notices", "agent_notice_errors", []))
+        """The agent's end-of-recording notices for the user (none if it reports nothing)."""
+        reports = target.caps.reports
+        none: list[str] = []
+        return none if reports is None else list(self._guarded(reports.notices, "agent_notice_errors", none))
 
-    def _optional(self, target: Target, method: str, counter: str, default: Any, *args: object) -> Any:
-        """Call one of the agent session's optional methods (runtime.py); ``default`` if it has none, or if
-        it raised (counted under ``counter``)."""
-        fn = getattr(target.agent, method, None)
-        if fn is None:
-            return default
+    def _guarded(self, call: Callable[[], T], counter: str, default: T) -> T:
+        """``call()``, or ``default`` if it raised (counted under ``counter``)."""
         try:
-            return fn(*args)
+            return call()
         except Exception:
             self.session.count(counter)
             return default

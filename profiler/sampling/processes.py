@@ -171,7 +171,8 @@ class SampledProcesses:
                 continue
             told = target.detect_reasons
             if target.detect(self.agents, self._register_agent) and target.agent is not None:
-                p, label = target.process, getattr(target.agent, "label", target.agent.name)
+                reports = target.caps.reports
+                p, label = target.process, reports.label if reports is not None else target.agent.name
                 before = "show native frames only" if self.config.native else "have no frames of it"
                 self.notice(f"pid {p.pid} ({p.comm}): {label} loaded since nprof attached: its frames are read "
                             f"from here on (its earlier samples {before})")  # fmt: skip

@@ -243,8 +243,9 @@ class Sampler:
         else:
             self.priority.check()
         for pid, target in self.targets.items():
-            if target.refresh is not None and pid in live:
-                self.agent_calls.between_ticks(target.refresh, "agent_refresh_errors")
+            refreshes = target.caps.refreshes
+            if refreshes is not None and pid in live:
+                self.agent_calls.between_ticks(refreshes.refresh, "agent_refresh_errors")
         return Tick(self.ticks, now - self.started, stopped, reused)
 
     def _capture_again(

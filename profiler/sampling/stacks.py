@@ -18,6 +18,7 @@ from profiler.model import (
     SyntheticFrame,
     UnwoundStack,
 )
+from profiler.runtime import ActivationRecords
 from profiler.sampling.anchoring import UNKNOWN, place
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.profile.session import Session
@@ -73,8 +74,8 @@ class StackRecorder:
             native, stop = unwound.frames, unwound.stop
             if stop is StopReason.WINDOW_EXHAUSTED:
                 self._widen(capture.thread)
-            if runtime and target.activations is not None:
-                placed = self._place(target, capture, window, unwound, len(runtime))
+            if runtime and target.caps.records is not None:
+                placed = self._place(target.caps.records, capture, window, unwound)
         memo_key = (tuple(native), tuple(runtime), stop, placed)
         hit = target.stack_memo.get(memo_key)
         if hit is None:
@@ -84,9 +85,10 @@ class StackRecorder:
         for counter in counted:
             session.count(counter)
         if cls is not SampleClass.IDLE:  # (a job-control stop: neither waiting nor holding)
+            lock, data = target.caps.lock, capture.agent_data
             if in_gil_wait:
                 cls = SampleClass.GIL_WAIT
-            elif runtime and target.holds_gil is not None and target.holds_gil(capture.agent_data):
+            elif runtime and lock is not None and data is not None and lock.holds_gil(data):
                 cls = SampleClass.GIL_HELD
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
@@ -124,12 +126,14 @@ class StackRecorder:
         self.unwind(target, capture)
 
     def _place(
-        self, target: Target, capture: Capture, window: StackWindow, unwound: UnwoundStack, n_runtime: int
+        self, records: ActivationRecords, capture: Capture, window: StackWindow, unwound: UnwoundStack
     ) -> tuple[int, ...]:
         """The native frame of each group of the capture's runtime frames, by the stack address of its
         activation's record (``anchoring.py``); () where the agent knows none."""
+        if capture.agent_data is None:
+            return ()
         try:
-            marks = target.activations(capture.agent_data, window)  # type: ignore[misc]
+            marks = records.activations(capture.agent_data, window)
         except Exception:  # an agent bug costs this sample its placement by address, not the recording
             self.session.count("agent_decode_errors")
             return ()
@@ -157,7 +161,10 @@ class StackRecorder:
         counted: tuple[str, ...] = () if outcome in _EXACT else (f"merge_{outcome.name.lower()}",)
         if placed and outcome not in _NOT_BY_NAME and any(p != UNKNOWN for p in placed):
             counted += ("python_placed_by_name",)  # the records could not be used: names placed the frames
-        if target.names_complete and any(i >= 0 and not target.flags(native[i])[0] for i in placed):
+        records = target.caps.records
+        if records is not None and records.anchors_complete and any(
+            i >= 0 and not target.flags(native[i])[0] for i in placed
+        ):
             counted += ("python_anchor_unnamed",)
         return self.session.intern_stack(keys), in_gil_wait, counted
 

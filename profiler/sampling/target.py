@@ -9,14 +9,13 @@ from dataclasses import dataclass
 
 from profiler.config import SamplerConfig
 from profiler.model import NativeFrame, SampleClass, StopReason
-from profiler.runtime import Agent, AgentSession
+from profiler.runtime import Agent, AgentSession, Capabilities
 from profiler.sampling.dormancy import Dormancy
 from profiler.profile.memo import FrameMemo
 from profiler.target.capture import ThreadRecord
 from profiler.target.process import TargetProcess
 from profiler.unwind.address_space import AddressSpace
 from profiler.unwind.policy import NativeUnwinder
-from profiler.unwind.stack import StackWindow
 
 #: how long a just-started process is given to load its runtime (libpython is mapped after exec)
 DETECT_GRACE = 5.0
@@ -90,18 +89,8 @@ class Target:
         self.unwinder = NativeUnwinder(space, config.max_frames)
         self.agent: AgentSession | None = None
         self.agent_index = -1
-        #: the agent's optional between-ticks hook (``force=True``: now, ``nprof dump`` with every thread held)
-        self.refresh: Callable[..., object] | None = None
-        #: the agent's optional pair: a copy during the stop, walked after resume (runtime.py)
-        self.snapshot: Callable[[int, object], object] | None = None
-        self.settle: Callable[[object], object] | None = None
-        self.holds_gil: Callable[[object], bool | None] | None = None  #: the agent's optional GIL probe
-        #: the agent's optional ``activations``: where each group of a capture's runtime frames has its
-        #: eval-loop activation's record on the native stack (``anchoring.py``)
-        self.activations: Callable[[object, StackWindow], Sequence[int]] | None = None
-        #: the agent names every part of its eval loop (``anchors_complete``): a frame placed by address that
-        #: its names do not call an anchor is then a disagreement worth counting
-        self.names_complete = False
+        #: the agent session's optional capabilities, checked once when it was found (``runtime.py``)
+        self.caps = Capabilities()
         self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
         #: sleeping threads vouched for by the process's CPU clock (made by the sampler for a process with
         #: ``dormancy.MIN_THREADS`` threads or more)
@@ -130,13 +119,7 @@ class Target:
             if session is not None:
                 self.agent = session
                 self.agent_index = register(session, self.process.pid)
-                self.refresh = getattr(session, "refresh", None)
-                snapshot, settle = getattr(session, "snapshot", None), getattr(session, "settle", None)
-                if snapshot is not None and settle is not None:
-                    self.snapshot, self.settle = snapshot, settle
-                self.holds_gil = getattr(session, "holds_gil", None)
-                self.activations = getattr(session, "activations", None)
-                self.names_complete = bool(getattr(session, "anchors_complete", False))
+                self.caps = Capabilities.of(session)
                 self.detect_until = 0.0
                 # what was asked of native frames before there was an agent to answer: "not an anchor" for
                 # every eval loop sampled while a spawned interpreter started, kept for the rest of the
@@ -150,7 +133,7 @@ class Target:
                     if record.user is not None:
                         record.user.look_again()
                 return True
-            reasons.append(getattr(agent, "last_reason", None) or f"no {agent.name} runtime found")
+            reasons.append(agent.last_reason or f"no {agent.name} runtime found")
         self.detect_reasons = reasons
         self._looked_at = (self.space.generation, self._code_files())
         if fresh and reasons:
@@ -195,11 +178,12 @@ class Target:
         key = (frame.module, frame.rel)
         hit = self._bases.get(key)
         if hit is None:
-            test = getattr(self.agent, "is_coroutine_base", None)
-            obj = self.space.objects.get(frame.module) if test is not None else None
+            coroutines = self.caps.coroutines
+            obj = self.space.objects.get(frame.module) if coroutines is not None else None
             symbols = obj.symbols if obj is not None else None
             found = symbols.lookup(frame.rel) if symbols is not None else None
-            hit = self._bases[key] = found is not None and test is not None and test(found[0])
+            hit = self._bases[key] = (found is not None and coroutines is not None
+                                      and coroutines.is_coroutine_base(found[0]))  # fmt: skip
         return hit
 
     def flags(self, frame: NativeFrame) -> tuple[bool, bool]:
@@ -208,10 +192,9 @@ class Target:
         key = (frame.module, frame.rel)
         hit = self._flags.get(key)
         if hit is None:
-            agent = self.agent
-            is_gil_wait = getattr(agent, "is_gil_wait", None)
+            agent, lock = self.agent, self.caps.lock
             hit = self._flags[key] = (
                 agent is not None and agent.is_anchor(frame),
-                is_gil_wait is not None and is_gil_wait(frame),
+                lock is not None and lock.is_gil_wait(frame),
             )
         return hit

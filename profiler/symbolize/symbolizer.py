@@ -25,7 +25,7 @@ from profiler.binary.plt import PLT_SUFFIX
 from profiler.errors import BinaryError
 from profiler.model import SYNTHETIC_LABELS, FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
 from profiler.profile.tables import FrameKey
-from profiler.runtime import AgentSession
+from profiler.runtime import AgentSession, InterpreterGlue
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
@@ -204,13 +204,14 @@ def _mark_interpreter_frames(
     for out-of-line frames, by name for the copies inlined into other functions and for the PLT stubs that
     lead to glue (``PyObject_Vectorcall@plt``: a shared libpython calls its own exported functions through
     its PLT, and no symbol covers a stub, so no address range holds it)."""
-    by_name = [a.is_interpreter_function for a in agents.values() if hasattr(a, "is_interpreter_function")]
+    glue_of = [a for a in agents.values() if isinstance(a, InterpreterGlue)]
+    by_name = [a.is_interpreter_function for a in glue_of]
     if by_name:
         for i, chain in inlined.items():
             glue = [not f.interpreter and any(check(f.name) for check in by_name) for f in chain]
             if any(glue):
                 inlined[i] = [dataclasses.replace(f, interpreter=True) if g else f for f, g in zip(chain, glue)]
-    checks = [a.is_interpreter_frame for a in agents.values() if hasattr(a, "is_interpreter_frame")]
+    checks = [a.is_interpreter_frame for a in glue_of]
     if not checks and not by_name:
         return
     for i, info in enumerate(infos):

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from profiler.runtime import StopCopy
 from profiler.target import ptrace as pt
 from profiler.target.procfs import ThreadProc
 
@@ -105,7 +106,7 @@ class Capture:
     stack_base: int
     stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
     window_full: bool  #: the whole configured window was copied, so the stack may go on above it
-    agent_data: object = None
+    agent_data: StopCopy | None = None  #: the agent's copy (``runtime.StopCopy``), opaque here
     home_base: int = 0  #: where the copy of the top of the thread's own stack starts (``home_len`` bytes)
     home_len: int = 0  #: 0 unless the thread was stopped on another stack
     #: the signal the thread was resumed with since its previous copy (``ThreadRecord.signal_passed``)
@@ -161,4 +162,4 @@ class TracerStats:
 
 
 #: agent hook called while a thread is stopped: (thread, regs) -> bytes-like or None
-AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], object]
+AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], "StopCopy | None"]

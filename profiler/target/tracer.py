@@ -337,6 +337,7 @@ class Tracer:
         data = co_read = None
         if agent_capture is not None:
             data = agent_capture(record, regs)
+            # (``runtime.StopCopy``; read defensively: an agent's bug must not raise here, the thread stopped)
             co_read = getattr(data, "co_read", None) if data is not None else None
         # through the stopped thread itself, alive for sure: a process whose main thread exited (pthread_exit
         # in main) has a zombie leader, with no memory to read through the pid

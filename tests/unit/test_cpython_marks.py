@@ -13,13 +13,29 @@ import pytest
 
 from agents.cpython.offsets import TABLES
 from agents.cpython.session import CPythonSession
-from profiler.model import FrameKind, NativeFrame, RuntimeFrame, StopReason, SyntheticFrame, UnwindMethod
+from profiler.model import (
+    FrameKind,
+    NativeFrame,
+    RuntimeFrame,
+    StopReason,
+    SyntheticFrame,
+    UnwindMethod,
+)
+from profiler.runtime import Capabilities
 from profiler.sampling.anchoring import place
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.stacks import StackRecorder
 from profiler.unwind.stack import StackWindow
 from tests.unit import test_cpython_chain as chain
-from tests.unit.test_cpython_chain import HEAP, HEAP_SIZE, OWNER_CSTACK, REGS, TID, FakeTarget, session_over
+from tests.unit.test_cpython_chain import (
+    HEAP,
+    HEAP_SIZE,
+    OWNER_CSTACK,
+    REGS,
+    TID,
+    FakeTarget,
+    session_over,
+)
 
 target = chain.target  #: the fixture: a fake target of the layout given
 
@@ -137,7 +153,7 @@ def test_a_corrupted_record_gives_an_unanchored_stack_and_its_counter(target):
     placed = place(sps, len(native), marks, True)
     recorder = StackRecorder(SimpleNamespace(intern_stack=lambda keys: keys), SimpleNamespace(native=True,
                              stack_bytes=1 << 16, window_cap=1 << 16))  # fmt: skip
-    stub = SimpleNamespace(agent_index=0, names_complete=False, flags=lambda f: (f.rel == EVAL, False),
+    stub = SimpleNamespace(agent_index=0, caps=Capabilities(), flags=lambda f: (f.rel == EVAL, False),
                            is_coroutine_base=lambda f: False)  # fmt: skip
     keys, in_gil_wait, counted = recorder._stack_id(stub, native, runtime, StopReason.END_OF_STACK, placed)
     assert counted == ("merge_unanchored",) and not in_gil_wait

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from profiler.config import SamplerConfig
 from profiler.model import SampleClass
-from profiler.runtime import RECAPTURE
+from profiler.runtime import RECAPTURE, Capabilities
 from profiler.sampling.idle import IDLE_EPSILON_NS
 from profiler.sampling.sampler import Sampler
 from profiler.profile.session import Session, SessionMeta
@@ -81,6 +81,10 @@ class SettlingTarget:
     """Stands in for a Target: only its agent's ``settle``, answering from a script per thread."""
 
     answers: dict[int, object]
+
+    @property
+    def caps(self) -> Capabilities:
+        return Capabilities(snapshots=self)  # type: ignore[arg-type]
 
     def settle(self, data: object) -> object:
         answer = self.answers[data]  # type: ignore[index]

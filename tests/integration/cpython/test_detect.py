@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 
@@ -11,6 +12,7 @@ from agents.cpython import CPythonAgent
 from agents.cpython.session import MAIN_UNMAPPED_NOTICE
 from agents.cpython.threads import ThreadMap
 from profiler.model import NativeFrame, UnwindMethod
+from profiler.runtime import AgentSession, Capabilities
 from profiler.target.process import TargetProcess
 from tests.integration.cpython.conftest import attached, python_running
 from tests.support.targets import running_target
@@ -44,6 +46,11 @@ def test_supported_interpreters_are_detected(interp):
         assert not session.is_anchor(NativeFrame(0, 0, start, UnwindMethod.CFI))  # returns to the byte before
         assert not session.is_anchor(NativeFrame(0, 0, 0x1000, UnwindMethod.IP))
         assert session.is_gil_wait(NativeFrame(0, 0, functions.gil_wait.starts[0] + 4, UnwindMethod.IP))
+        # the engine finds each capability once, by the protocols of runtime.py: the CPython agent has all
+        assert isinstance(session, AgentSession)
+        caps = Capabilities.of(session)
+        missing = [f.name for f in dataclasses.fields(caps) if getattr(caps, f.name) is None]
+        assert not missing, f"the CPython agent lacks {missing}"
 
 
 @pytest.mark.parametrize("interp", interpreter_params())

@@ -43,7 +43,7 @@ def main() -> None:
         rate=args.rate,
         duration=args.seconds,
         stack_bytes=args.stack_bytes,
-        max_stack_bytes=0,  # a fixed window, as the floor copies: no thread's grows (ThreadRecord.widen)
+        max_stack_bytes=0,  # a fixed window, as the floor copies: no thread's grows (SeizedThread.widen)
         priority=SamplingPriority(args.priority),
     )
     session = Session(SessionMeta(pid=args.pid, command=[]))

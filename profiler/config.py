@@ -35,7 +35,7 @@ class SamplerConfig:
     rate: float = 100.0  #: samples per second per thread (py-spy's default)
     duration: float | None = None  #: seconds; None runs until Ctrl-C or the target exits
     stack_bytes: int = 64 * 1024  #: stack window a thread's copies start with, cut at the end of its stack
-    #: how far a thread's window grows: doubled after each walk it cut short (``ThreadRecord.widen``), up to
+    #: how far a thread's window grows: doubled after each walk it cut short (``SeizedThread.widen``), up to
     #: this or ``stack_bytes``, whichever is larger (equal: a fixed window)
     max_stack_bytes: int = DEFAULT_MAX_STACK_BYTES
     native: bool = True  #: copy and unwind native stacks

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple, NewType
-
-Avma = NewType("Avma", int)
-Svma = NewType("Svma", int)
+from typing import NamedTuple
 
 # --- x86-64 registers, numbered as the DWARF x86-64 psABI does (System V AMD64 ABI, table 3.36) ---------
 # CFI rules name registers by these numbers, so the unwinders keep register sets as lists indexed by them.
@@ -31,9 +28,6 @@ DWARF_REG_NAMES = (
     "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
     "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
 )  # fmt: skip
-
-#: A register set indexed by DWARF number; ``None`` marks a value the unwinder could not recover.
-RegisterSet = list
 
 
 class StopReason(enum.IntEnum):
@@ -165,24 +159,6 @@ class Module:
     end: int
     bias: int  #: avma - svma
     file_backed: bool = True
-
-
-@dataclass
-class ThreadSnapshot:
-    """What was copied from one stopped thread: the input of every unwinder and agent, after resume.
-
-    ``stack`` holds the bytes of ``[stack_base, stack_base + len(stack))`` as they were at the stop.
-    """
-
-    tid: int
-    time: float  #: monotonic seconds at the stop
-    regs: RegisterSet  #: DWARF-numbered register values
-    fs_base: int
-    orig_rax: int  #: syscall number if the thread was stopped inside a syscall, else -1
-    stack_base: int
-    stack: memoryview | bytes
-    sample_class: SampleClass = SampleClass.RUNNING
-    agent_data: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 
-from agents.cpython.layout import FrameKind, Layout, fields_struct, span
+from agents.cpython.layout import FrameStruct, Layout, fields_struct, span
 from agents.cpython.memory import USER_LIMIT
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader
 from agents.cpython.threads import ThreadStateInfo
@@ -136,7 +136,7 @@ class ChainCopier:
             self.enclosing = (t.cframe_previous, t.root_cframe)
             self.tstate_size = max(self.tstate_size, t.root_cframe + self.cframe_size)
         fields = {"previous": (f.previous, "Q"), "code": (f.code, "Q")}
-        fields["instr"] = (f.instr, "i" if f.kind is FrameKind.FRAME_OBJECT else "Q")
+        fields["instr"] = (f.instr, "i" if f.kind is FrameStruct.FRAME_OBJECT else "Q")
         if f.owner is not None:
             fields["owner"] = (f.owner, "B")
         if f.is_entry is not None:
@@ -147,7 +147,7 @@ class ChainCopier:
         self.i_entry = names.index("is_entry") if "is_entry" in names else -1
         self.frame_size = self.frame_unpack.size
         #: frames live in a per-thread stack that grows upward (3.11+), not in separate heap objects
-        self.data_stack = f.kind is FrameKind.INTERPRETER_FRAME
+        self.data_stack = f.kind is FrameStruct.INTERPRETER_FRAME
         self.shim_owners = f.shim_owners
         self.ref_mask = f.ref_mask
         self.code_size = layout.code.size

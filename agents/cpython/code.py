@@ -30,7 +30,7 @@ was not a live code object at all.
 A snapshot (``scatter.py``) holds no code-object headers: ``code_check.py`` checks its code objects against
 this cache after resume, and says why that is as certain as the check during a stop. A code object a
 snapshot met that the cache does not know is decoded from the next stop's copy of its header and strings,
-when that stop's walk still meets it (``decode_copied``; ``code_ahead.py`` says why that is as sure).
+when that stop's walk still meets it (``decode_copied``; ``code_prefetch.py`` says why that is as sure).
 
 Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
 with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from agents.cpython.capture import StackCapture
 from agents.cpython.layout import CodeLayout, LineTableFormat, ObjectLayout, fields_struct
-from agents.cpython.linetable import LineTable, decode
+from agents.cpython.linetable import CodeLineTable, decode
 from agents.cpython.memory import Prefetched, Read, ReadRanges, i64, plausible
 from agents.cpython.strings import BYTES_FIRST_READ, STR_FIRST_READ, read_bytes, read_str
 
@@ -102,7 +102,7 @@ class CodeInfo:
     firstlineno: int
     table_bytes: bytes
     table_format: LineTableFormat
-    table: LineTable | None = None
+    table: CodeLineTable | None = None
     #: 3.11+ ``_co_firsttraceable``: a frame before this instruction is in its prologue (``frames.py``);
     #: None before 3.11, or where the field held no plausible value
     first_traceable: int | None = None
@@ -138,7 +138,7 @@ class CodeCache:
         self._read_ranges = read_ranges or (lambda ranges: [read(addr, size) for addr, size in ranges])
         self._code = code
         self._objects = objects
-        self.objects = objects  #: (``code_ahead.py`` checks headers as this does)
+        self.objects = objects  #: (``code_prefetch.py`` checks headers as this does)
         self._code_type = types["PyCode_Type"]
         self._str_type = types.get("PyUnicode_Type")
         self._bytes_type = types.get("PyBytes_Type")
@@ -188,7 +188,7 @@ class CodeCache:
 
     @property
     def read(self) -> Read:
-        """The target's memory, read one range at a time (``code_ahead.py`` reads with it after resume)."""
+        """The target's memory, read one range at a time (``code_prefetch.py`` reads with it after resume)."""
         return self._read
 
     @property
@@ -264,7 +264,7 @@ class CodeCache:
 
     def decode_copied(self, addr: int, read: Read) -> int | None:
         """Decode the code object at ``addr`` from bytes copied during one stop (``read`` serves them, and
-        nothing else), in which a frame was seen running it (``code_ahead.py`` says why that is as sure as
+        nothing else), in which a frame was seen running it (``code_prefetch.py`` says why that is as sure as
         decoding in the stop); its key, or None if they do not hold a live code object and its strings
         whole. A code object already known under the identity copied keeps its key."""
         header = read(addr, self._ident.size)

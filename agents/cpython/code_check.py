@@ -10,7 +10,7 @@ bytes can be there now only if a code object made at the same address since had 
 Telling those apart is beyond the stop's own check as well (and impossible on 3.12+, where ``co_version``
 differs). A code object the cache does not know, or that no longer holds the known identity, still needs a
 stop (``settle`` asks for one): a new one must be decoded from bytes copied while a frame keeps it alive
-(``code_ahead.py``).
+(``code_prefetch.py``).
 """
 
 from __future__ import annotations

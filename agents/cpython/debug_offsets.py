@@ -19,7 +19,7 @@ from dataclasses import replace
 from agents.cpython.layout import (
     CodeLayout,
     DictFormat,
-    FrameKind,
+    FrameStruct,
     FrameLayout,
     InstanceDict,
     InterpreterLayout,
@@ -174,7 +174,7 @@ def layout_from_debug_offsets(data: bytes, expected: tuple[int, int]) -> Layout:
     else:
         # Include/internal/pycore_frame.h (3.13): FRAME_OWNED_BY_CSTACK = 3
         shim_owners, ref_mask = frozenset({3}), ~0
-    frame = FrameLayout(FrameKind.INTERPRETER_FRAME, previous=fr["previous"], code=fr["executable"],
+    frame = FrameLayout(FrameStruct.INTERPRETER_FRAME, previous=fr["previous"], code=fr["executable"],
                         instr=fr["instr_ptr"], localsplus=fr["localsplus"], owner=fr["owner"],
                         shim_owners=shim_owners, ref_mask=ref_mask)
     code = CodeLayout(firstlineno=co["firstlineno"], filename=co["filename"], name=co["name"],

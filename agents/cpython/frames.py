@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from agents.cpython.capture import StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeInfo
-from agents.cpython.layout import FrameKind, FrameLayout
+from agents.cpython.layout import FrameStruct, FrameLayout
 from profiler.model import RuntimeFrame
 
 #: instruction indexes beyond this are garbage (the biggest real code objects have ~10**5 code units)
@@ -42,7 +42,7 @@ FRAME_OWNED_BY_GENERATOR = 1
 def instruction_offset(frame: FrameLayout, code_adaptive: int, code: int, position: int) -> int:
     """The RuntimeFrame offset: ``f_lasti`` as is (<=3.10: bytes in 3.8/3.9, code units in 3.10), or the
     code-unit index of the instruction pointer inside ``co_code_adaptive`` (3.11+; -1: not started)."""
-    if frame.kind is FrameKind.FRAME_OBJECT:
+    if frame.kind is FrameStruct.FRAME_OBJECT:
         return position if -1 <= position < MAX_INSTRUCTION else -1
     index = (position - code - code_adaptive) // 2
     return index if -1 <= index < MAX_INSTRUCTION else -1
@@ -62,7 +62,7 @@ def decode_frames(
     out: list[RuntimeFrame] = []
     found: list[int] = []  #: the index in capture.frames of each frame in out
     incomplete: list[int] = []  #: the indexes in out of frames in their prologue
-    every_frame_entry = frame.kind is FrameKind.FRAME_OBJECT
+    every_frame_entry = frame.kind is FrameStruct.FRAME_OBJECT
     shims = frame.shim_owners
     key_of = capture.code_keys.get
     cut = False

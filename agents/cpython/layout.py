@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 
 
-class FrameKind(enum.IntEnum):
+class FrameStruct(enum.IntEnum):
     """Which struct a thread's frame chain is made of."""
 
     FRAME_OBJECT = 0  #: 3.8-3.10: heap ``PyFrameObject`` linked by ``f_back``, position in ``f_lasti``
@@ -108,7 +108,7 @@ class ThreadLayout:
 class FrameLayout:
     """``PyFrameObject`` (<=3.10) or ``_PyInterpreterFrame`` (3.11+)."""
 
-    kind: FrameKind
+    kind: FrameStruct
     previous: int  #: ``f_back`` or ``previous``
     code: int  #: ``f_code`` or ``f_executable``
     instr: int  #: ``f_lasti`` (int) or ``prev_instr``/``instr_ptr`` (pointer)
@@ -218,7 +218,7 @@ def span(*fields: tuple[int | None, int]) -> int:
 
 def frame_size(frame: FrameLayout) -> int:
     """Bytes to copy per frame for the fields the capture reads."""
-    instr_width = 4 if frame.kind is FrameKind.FRAME_OBJECT else 8
+    instr_width = 4 if frame.kind is FrameStruct.FRAME_OBJECT else 8
     return span((frame.previous, 8), (frame.code, 8), (frame.instr, instr_width), (frame.is_entry, 1), (frame.owner, 1))
 
 

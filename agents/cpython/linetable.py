@@ -29,7 +29,7 @@ from agents.cpython.layout import LineTableFormat
 MAX_TABLE_BYTES = 1 << 20
 
 
-class LineTable:
+class CodeLineTable:
     """Sorted ranges ``[starts[i], ends[i])`` with their line (None: no line), plus ``co_firstlineno``."""
 
     __slots__ = ("starts", "ends", "lines", "firstlineno", "scale")
@@ -58,7 +58,7 @@ class LineTable:
         return None
 
 
-class LnotabTable(LineTable):
+class LnotabTable(CodeLineTable):
     """3.8/3.9: the line is the sum of the increments of every pair whose running address is <= offset."""
 
     __slots__ = ()
@@ -74,7 +74,7 @@ def _signed_byte(b: int) -> int:
     return b - 256 if b >= 128 else b
 
 
-def decode_lnotab(table: bytes, firstlineno: int) -> LineTable:
+def decode_lnotab(table: bytes, firstlineno: int) -> CodeLineTable:
     """3.8/3.9 ``co_lnotab``; ``starts`` holds each pair's running address, ``lines`` the line after it."""
     out = LnotabTable(firstlineno)
     addr, line = 0, firstlineno
@@ -86,9 +86,9 @@ def decode_lnotab(table: bytes, firstlineno: int) -> LineTable:
     return out
 
 
-def decode_linetable_310(table: bytes, firstlineno: int) -> LineTable:
+def decode_linetable_310(table: bytes, firstlineno: int) -> CodeLineTable:
     """3.10 ``co_linetable`` (byte ranges; offsets are code units)."""
-    out = LineTable(firstlineno, scale=2)
+    out = CodeLineTable(firstlineno, scale=2)
     start, line = 0, firstlineno
     for i in range(0, len(table) - 1, 2):
         end = start + table[i]
@@ -115,9 +115,9 @@ def _signed_varint(table: bytes, i: int) -> int:
     return -(value >> 1) if value & 1 else value >> 1
 
 
-def decode_locations(table: bytes, firstlineno: int) -> LineTable:
+def decode_locations(table: bytes, firstlineno: int) -> CodeLineTable:
     """3.11+ location table (ranges and offsets in code units)."""
-    out = LineTable(firstlineno)
+    out = CodeLineTable(firstlineno)
     n = len(table)
     i, addr, line = 0, 0, firstlineno
     while i < n:
@@ -148,6 +148,6 @@ _DECODERS = {
 }
 
 
-def decode(fmt: LineTableFormat, table: bytes, firstlineno: int) -> LineTable:
+def decode(fmt: LineTableFormat, table: bytes, firstlineno: int) -> CodeLineTable:
     """Decode a table of format ``fmt``; a corrupt or oversized table yields what could be decoded."""
     return _DECODERS[fmt](table[:MAX_TABLE_BYTES], firstlineno)

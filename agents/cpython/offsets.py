@@ -15,7 +15,7 @@ from dataclasses import replace
 from agents.cpython.layout import (
     CodeLayout,
     DictFormat,
-    FrameKind,
+    FrameStruct,
     FrameLayout,
     InstanceDict,
     InterpreterLayout,
@@ -49,7 +49,7 @@ def _v3_8() -> Layout:
         thread=ThreadLayout(next=8, interp=16, thread_id=176, native_thread_id=None, frame=24,
                             cframe_current_frame=None, size=264),
         # Include/frameobject.h: PyFrameObject (f_back, f_code, f_lasti, f_localsplus)
-        frame=FrameLayout(FrameKind.FRAME_OBJECT, previous=24, code=32, instr=104, localsplus=360, lasti_unit=1),
+        frame=FrameLayout(FrameStruct.FRAME_OBJECT, previous=24, code=32, instr=104, localsplus=360, lasti_unit=1),
         # Include/code.h: PyCodeObject
         code=CodeLayout(firstlineno=40, filename=104, name=112, qualname=None, linetable=120,
                         linetable_format=LineTableFormat.LNOTAB, code_adaptive=None, argcount=16,
@@ -88,7 +88,7 @@ def _v3_10() -> Layout:
         # Include/cpython/pystate.h: struct _ts grew (cframe at 48 holds only use_tracing in 3.10)
         thread=replace(v.thread, size=280),
         # Include/cpython/frameobject.h: f_lasti moved and now counts 2-byte code units
-        frame=FrameLayout(FrameKind.FRAME_OBJECT, previous=24, code=32, instr=96, localsplus=352, lasti_unit=2),
+        frame=FrameLayout(FrameStruct.FRAME_OBJECT, previous=24, code=32, instr=96, localsplus=352, lasti_unit=2),
         # Include/cpython/code.h: co_lnotab became co_linetable at the same offset
         code=replace(v.code, linetable_format=LineTableFormat.LINETABLE_310),
         objects=replace(v.objects, ht_cached_keys=872),  # Include/cpython/object.h: PyHeapTypeObject
@@ -107,7 +107,7 @@ def _v3_11() -> Layout:
         thread=ThreadLayout(next=8, interp=16, thread_id=152, native_thread_id=160, frame=56,
                             cframe_current_frame=8, size=360, cframe_previous=16, root_cframe=336),
         # Include/internal/pycore_frame.h: _PyInterpreterFrame (f_code, previous, prev_instr, is_entry, owner)
-        frame=FrameLayout(FrameKind.INTERPRETER_FRAME, previous=48, code=32, instr=56, localsplus=72,
+        frame=FrameLayout(FrameStruct.INTERPRETER_FRAME, previous=48, code=32, instr=56, localsplus=72,
                           is_entry=68, owner=69),
         # Include/cpython/code.h: PyCodeObject (_PyCode_DEF)
         code=CodeLayout(firstlineno=72, filename=112, name=120, qualname=128, linetable=136,
@@ -141,7 +141,7 @@ def _v3_12() -> Layout:
         thread=ThreadLayout(next=8, interp=16, thread_id=136, native_thread_id=144, frame=56,
                             cframe_current_frame=0, size=288, cframe_previous=8, root_cframe=272),
         # Include/internal/pycore_frame.h: f_code first, owner after return_offset, shims owned by the C stack
-        frame=FrameLayout(FrameKind.INTERPRETER_FRAME, previous=8, code=0, instr=56, localsplus=72,
+        frame=FrameLayout(FrameStruct.INTERPRETER_FRAME, previous=8, code=0, instr=56, localsplus=72,
                           owner=70, shim_owners=frozenset({FRAME_OWNED_BY_CSTACK})),
         # Include/cpython/code.h: co_firstlineno and co_argcount moved, co_code_adaptive grew by 8, and
         # co_version (a per-code-object counter value) appeared

@@ -9,7 +9,7 @@ The sampler calls, per tick:
   ranges into it in the stack window's ``process_vm_readv`` (runtime.py), and nothing else happens. After resume
   ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short, the sampler
   stops the thread again and calls ``snapshot`` once more: the chain grew past the plan, and it returns
-  None (the hook calls ``capture``), or a code object is new, and it copies that too (``code_ahead.py``).
+  None (the hook calls ``capture``), or a code object is new, and it copies that too (``code_prefetch.py``).
   A second snapshot that falls short is followed by a third stop, which calls ``capture``.
 * ``capture(tid, regs)`` while the thread is stopped: the walk of ``capture.py`` through the thread's read
   plan, reading what the plan missed, and new code objects decoded. Returns a ``StackCapture``, or None for
@@ -31,7 +31,7 @@ from agents.cpython.anchors import InterpreterFunctions, is_call_glue, is_corout
 from agents.cpython.binding import ThreadBindings
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
-from agents.cpython.code_ahead import CodeAhead
+from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
@@ -39,7 +39,7 @@ from agents.cpython.locals import LocalsReader
 from agents.cpython.marks import ActivationMarks
 from agents.cpython.scatter import ScatterReader
 from agents.cpython.slot import ThreadSlot
-from agents.cpython.thread_names import ThreadNames
+from agents.cpython.thread_names import ThreadingNames
 from agents.cpython.threads import innermost_frame
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE
@@ -74,7 +74,7 @@ class SessionStats:
     plan_rebuilds: int = 0
     snapshots: int = 0  #: captures copied by ``snapshot`` and walked after resume
     recaptured: int = 0  #: snapshots that missed a byte or a new code object: captured again in a stop
-    #: of those, snapshots whose walk met a code object not decoded yet (``code_ahead.py``): that sample is
+    #: of those, snapshots whose walk met a code object not decoded yet (``code_prefetch.py``): that sample is
     #: taken again later, when the function may have returned
     met_new_code: int = 0
     #: captures and snapshots of a thread entering an eval loop, with no frame to walk yet (3.11/3.12):
@@ -91,7 +91,7 @@ class SessionStats:
     #: snapshots captured again because a code object's header, read after resume, no longer held the
     #: identity decoded (freed since the stop, or another object at its address: ``HeaderCheck``)
     code_changed: int = 0
-    #: code objects decoded from a second stop's copy of what a snapshot's walk met new (``code_ahead.py``)
+    #: code objects decoded from a second stop's copy of what a snapshot's walk met new (``code_prefetch.py``)
     decoded_ahead: int = 0
     #: threads (3.11+) that took over a thread state made by a thread of another process: a fork without
     #: ``PyOS_AfterFork_Child`` (``ThreadBindings.adopt``)
@@ -121,7 +121,7 @@ class CPythonSession:
         self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
         self._code_adaptive = self.layout.code.code_adaptive or 0
         self._locals: LocalsReader | None = None
-        self._names: ThreadNames | None = None
+        self._names: ThreadingNames | None = None
         self._names_time = -NAMES_MAX_AGE
         self._name_cache: dict[int, str] = {}
         self.refresh(force=True)
@@ -208,7 +208,7 @@ class CPythonSession:
         Returns None when there is no plan to copy by (a thread not seen or not captured before, a plan not
         rebuilt yet, a chain the last snapshot found grown past its plan): the sampler calls ``capture`` in
         the same stop then. When the thread's last snapshots met code objects not decoded yet, the same
-        ``process_vm_readv`` copies what their decode reads too (``CodeAhead``; one more where they do not fit
+        ``process_vm_readv`` copies what their decode reads too (``CodePrefetch``; one more where they do not fit
         it).
 
         A newest frame the plan lacks (a call's new frame object on 3.8-3.10, a generator's frame on 3.11+)
@@ -223,7 +223,7 @@ class CPythonSession:
         if not snap.plan.count:
             return None
         snap.tid, snap.done = tid, 0  # nothing is copied until the tracer's read
-        ahead = slot.ahead  # new code objects its last snapshots met (``code_ahead.py``)
+        ahead = slot.ahead  # new code objects its last snapshots met (``code_prefetch.py``)
         if ahead is not None and snap.extra is not ahead.snap:
             ahead.take(tid)  # (attached, the tracer's read copies it with the plan, and sets its ``done``)
         return slot
@@ -248,7 +248,7 @@ class CPythonSession:
         no longer under the identity decoded, needs a stop too: a new one must be decoded from bytes copied
         while its frame keeps it alive (``code.py``). Its header and strings are read once now, to learn
         their ranges, and the next stop's snapshot copies them again: its settle decodes from that copy
-        the code objects its walk meets (``code_ahead.py``). The headers were most of a deep stack's
+        the code objects its walk meets (``code_prefetch.py``). The headers were most of a deep stack's
         snapshot: in a recording of pytest on 3.11 its median was 49 ranges, copied in 41 µs, and is 6
         ranges and 16 µs without them."""
         if not isinstance(data, ThreadSlot):
@@ -309,7 +309,7 @@ class CPythonSession:
             met = self._codes_met(out)
             unknown = self.codes.unknown(met)
             self.stats.met_new_code += bool(unknown)
-            data.ahead = CodeAhead.of(self.codes, unknown or met, ahead)
+            data.ahead = CodePrefetch.of(self.codes, unknown or met, ahead)
             data.walk_next = data.ahead is None
             return RECAPTURE
         out.code_keys.update(confirmed)
@@ -432,7 +432,7 @@ class CPythonSession:
         made before ``since`` (monotonic)."""
         now = time.monotonic()
         if self._names is None:
-            self._names = ThreadNames(self.process.read, self.layout, self.interpreter.types)
+            self._names = ThreadingNames(self.process.read, self.layout, self.interpreter.types)
         if now - self._names_time >= max_age or self._names_time < since:
             self._names_time = now
             self._name_cache = self._names.read_names(self.bindings.threads.interpreters)

@@ -1,13 +1,13 @@
 """What the CPython agent keeps per OS thread between its stops: the thread state it maps to, the read plan
 of its next capture and the snapshot that plan is copied into (``scatter.py``), the check of the code objects
 its last snapshot met (``code_check.py``), and what its next stop must do beyond the plan: copy new code
-objects (``code_ahead.py``) or walk in full.
+objects (``code_prefetch.py``) or walk in full.
 """
 
 from __future__ import annotations
 
 from agents.cpython.capture import Wanted
-from agents.cpython.code_ahead import CodeAhead
+from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.plan import SHRINK_AFTER, ReadPlan, build_plan, next_ranges, served_ranges
 from agents.cpython.scatter import Snapshot
@@ -37,7 +37,7 @@ class ThreadSlot:
         self.tid = 0
         #: the code objects its last settled snapshot met, and how to check them (``code_check.py``)
         self.check: HeaderCheck | None = None
-        self._ahead: CodeAhead | None = None
+        self._ahead: CodePrefetch | None = None
         #: its last snapshot fell short of the chain: its next stop walks it (``CPythonSession.capture``)
         self.walk_next = False
 
@@ -51,13 +51,13 @@ class ThreadSlot:
         self.snap.fit(plan)
 
     @property
-    def ahead(self) -> CodeAhead | None:
+    def ahead(self) -> CodePrefetch | None:
         """What the thread's next stops copy besides the plan: new code objects its snapshots met, not
-        decoded yet (``code_ahead.py``), copied in the plan's ``process_vm_readv`` where they fit."""
+        decoded yet (``code_prefetch.py``), copied in the plan's ``process_vm_readv`` where they fit."""
         return self._ahead
 
     @ahead.setter
-    def ahead(self, ahead: CodeAhead | None) -> None:
+    def ahead(self, ahead: CodePrefetch | None) -> None:
         if ahead is not self._ahead:
             self._ahead = ahead
             self.snap.attach(ahead.snap if ahead is not None else None)

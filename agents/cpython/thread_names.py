@@ -23,7 +23,7 @@ MAX_THREADS = 4096
 MAX_NAME = 256
 
 
-class ThreadNames:
+class ThreadingNames:
     """Reads ``{ident: name}`` for one interpreter layout."""
 
     def __init__(self, read: Read, layout: Layout, types: dict[str, int]) -> None:

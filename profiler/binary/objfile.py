@@ -67,7 +67,7 @@ class ObjectFile:
         self.target_root: str | None = None
         #: whether ``root`` was this system's root directory when the file was opened: its path then names
         #: a file of this system's packages. Known now, for /proc/PID/root of a target that has exited by
-        #: the end of the recording (when ``symbolize/missing.py`` asks) can no longer be looked at.
+        #: the end of the recording (when ``symbolize/stripped.py`` asks) can no longer be looked at.
         self.in_system_root = same_root_directory(root)
         self._identity = identity
         self._unwind_cache = unwind_cache

@@ -29,7 +29,7 @@ from profiler.sampling.sampler import Sampler
 from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.frame_names import name_frames
 from profiler.target import procfs, syscalls
-from profiler.target.capture import Capture, ThreadRecord
+from profiler.target.capture import Capture, SeizedThread
 from profiler.target.tracing_thread import TracingThread
 from profiler.tree.calltree import command_line
 from profiler.tree.display import StackDisplays
@@ -132,7 +132,7 @@ class _Held(NamedTuple):
 
     states: dict[int, str]  #: the state letter of /proc, "T" for a job-control stop
     gil: dict[int, bool | None]  #: holds the GIL (None: not known)
-    missing: list[tuple[ThreadRecord, str | None, str]]  #: did not stop: with its state and wait channel
+    missing: list[tuple[SeizedThread, str | None, str]]  #: did not stop: with its state and wait channel
     local_vars: dict[int, list[list[tuple[str, str]]]]  #: each Python frame's locals, innermost first
 
 

@@ -37,7 +37,7 @@ FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
-class ThreadInfo:
+class ProfiledThread:
     pid: int
     tid: int
     start_time: int  #: clock ticks since boot; with tid, a key no reused tid can collide with
@@ -66,7 +66,7 @@ class SessionMeta:
 class Session:
     def __init__(self, meta: SessionMeta) -> None:
         self.meta = meta
-        self.threads: list[ThreadInfo] = []
+        self.threads: list[ProfiledThread] = []
         self.modules: list[Module] = []
         self.agents: list[str] = []
         self.frames = FrameTable()
@@ -89,14 +89,14 @@ class Session:
         index = self._thread_ids.get(key)
         if index is None:
             index = len(self.threads)
-            self.threads.append(ThreadInfo(pid, tid, start_time, name))
+            self.threads.append(ProfiledThread(pid, tid, start_time, name))
             self._thread_ids[key] = index
         return index
 
     def rename_thread(self, index: int, name: str) -> None:
         t = self.threads[index]
         if name and name != t.name:
-            self.threads[index] = ThreadInfo(t.pid, t.tid, t.start_time, name)
+            self.threads[index] = ProfiledThread(t.pid, t.tid, t.start_time, name)
 
     def agent_index(self, name: str) -> int:
         if name not in self.agents:
@@ -249,7 +249,7 @@ def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
         m["processes"] = {int(k): v for k, v in m.get("processes", {}).items()}
         m["exit_status"] = {int(k): v for k, v in m.get("exit_status", {}).items()}
         session = Session(SessionMeta(**m))
-        session.threads = [ThreadInfo(**t) for t in meta["threads"]]
+        session.threads = [ProfiledThread(**t) for t in meta["threads"]]
         session.modules = [Module(**mod) for mod in meta["modules"]]
         session.agents = list(meta["agents"])
         session.counters = dict(meta["counters"])

@@ -3,7 +3,7 @@ the session and costs at most a sample's runtime frames or a thread's name. It n
 stopped, and never ends a recording. (Decoding a capture's frames is guarded in ``stacks.py``.)
 
 Which agent a call goes to is looked up by the thread's pid in the sampler's targets, at each call: a
-process that exec'd gets a new Target (and agent) under the same pid.
+process that exec'd gets a new SampledProcess (and agent) under the same pid.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from typing import TypeVar
 
 from profiler.runtime import RECAPTURE, StopCopy
 from profiler.profile.session import Session
-from profiler.sampling.target import Target
+from profiler.sampling.sampled_process import SampledProcess
 from profiler.target import ptrace as pt
-from profiler.target.capture import AgentCapture, Capture, ThreadRecord
+from profiler.target.capture import AgentCapture, Capture, SeizedThread
 
 T = TypeVar("T")
 
 
 class AgentCalls:
-    """Guarded calls into the agents of ``targets`` (the sampler's dict, pid -> Target, shared)."""
+    """Guarded calls into the agents of ``targets`` (the sampler's dict, pid -> SampledProcess, shared)."""
 
-    def __init__(self, session: Session, targets: dict[int, Target]) -> None:
+    def __init__(self, session: Session, targets: dict[int, SampledProcess]) -> None:
         self.session = session
         self.targets = targets
 
@@ -33,7 +33,7 @@ class AgentCalls:
         is asked for, else its full ``capture``. Made once per kind, so a stop pays one Python call here."""
         targets, session = self.targets, self.session
 
-        def hook(record: ThreadRecord, regs: pt.user_regs_struct) -> StopCopy | None:
+        def hook(record: SeizedThread, regs: pt.user_regs_struct) -> StopCopy | None:
             target = targets.get(record.pid)
             if target is None or target.agent is None:
                 return None
@@ -73,7 +73,7 @@ class AgentCalls:
         except Exception:
             self.session.count(counter)
 
-    def thread_name(self, target: Target, tid: int, fs_base: int, alive_since: float) -> str | None:
+    def thread_name(self, target: SampledProcess, tid: int, fs_base: int, alive_since: float) -> str | None:
         """The runtime's own name for a thread (CPython: ``threading.Thread.name``), None if it has none;
         ``alive_since``: a monotonic time the thread was alive at (``runtime.ThreadNames``)."""
         names = target.caps.names
@@ -81,13 +81,13 @@ class AgentCalls:
             return None
         return self._guarded(lambda: names.thread_name(tid, fs_base, alive_since), "agent_name_errors", None)
 
-    def counters(self, target: Target) -> dict[str, int]:
+    def counters(self, target: SampledProcess) -> dict[str, int]:
         """What the agent counted over the recording (none if it reports nothing: ``runtime.Reports``)."""
         reports = target.caps.reports
         empty: dict[str, int] = {}
         return empty if reports is None else dict(self._guarded(reports.counters, "agent_counter_errors", empty))
 
-    def notices(self, target: Target) -> list[str]:
+    def notices(self, target: SampledProcess) -> list[str]:
         """The agent's end-of-recording notices for the user (none if it reports nothing)."""
         reports = target.caps.reports
         none: list[str] = []

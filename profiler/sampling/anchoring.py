@@ -8,7 +8,7 @@ own stack pointer up to its caller's, the CFA (``UnwoundStack.sps``).
 
 Names cannot do this everywhere: a stripped interpreter whose eval-loop body gcc moved to
 ``_PyEval_EvalFrameDefault.cold`` names it only in a debug file, a tail-calling 3.14 runs its opcodes in
-``_TAIL_CALL_*`` functions, and a name can be cached wrongly (``Target.flags`` before the runtime was found).
+``_TAIL_CALL_*`` functions, and a name can be cached wrongly (``SampledProcess.flags`` before the runtime was found).
 The address of an activation's record is right whatever the frame is called. ``place`` is pure: the
 sampler calls it once per sample, and the positions it returns are part of the stack memo's key.
 Why and what was measured: docs/decisions/python-anchoring.md.

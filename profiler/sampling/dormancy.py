@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING
 
 from profiler.model import StopReason
 from profiler.profile.session import Session
-from profiler.target.capture import ThreadRecord
+from profiler.target.capture import SeizedThread
 
 if TYPE_CHECKING:
-    from profiler.sampling.target import ThreadState  # (target.py holds a Dormancy)
+    from profiler.sampling.sampled_process import SampledThread  # (target.py holds a Dormancy)
 
 #: seconds a thread must have slept before it is made dormant: a dormant thread that wakes may be counted
 #: asleep for up to one scheduler tick of its run (above), so only threads that sleep for long are: at most
@@ -78,7 +78,7 @@ def read_clock(clock_id: int) -> int | None:
 
 
 #: ``IdleCheck.reuse``: count the thread without a stop (True) or stop it (False)
-Check = Callable[[ThreadRecord, "ThreadState"], bool]
+Check = Callable[[SeizedThread, "SampledThread"], bool]
 
 
 class Dormancy:
@@ -88,19 +88,19 @@ class Dormancy:
         self.clock_id = process_cpu_clock(pid)
         self.session = session
         self.after_checks = after_checks  #: consecutive asleep checks that make a thread dormant
-        self.watched: list[ThreadRecord] = []
+        self.watched: list[SeizedThread] = []
         #: dormant thread -> [``quiet_ticks`` when its deferred samples were last added, its run-time reading]
-        self.dormant: dict[ThreadRecord, list[int]] = {}
+        self.dormant: dict[SeizedThread, list[int]] = {}
         self.dormant_sum = 0  #: S: the dormant threads' run-time readings, summed
         self.bound: int | None = None  #: a lower bound on Q (above) as of the last tick's first clock read
         self.quiet_ticks = 0  #: ticks that counted the dormant threads without reading them
         self.wakes = 0  #: ticks that read the dormant threads because the clock could not vouch for them
         self._stacked = 0  #: dormant threads with a stack: the samples each quiet tick defers
-        self._records: list[ThreadRecord] | None = None  #: the list ``watched`` was made from
+        self._records: list[SeizedThread] | None = None  #: the list ``watched`` was made from
 
     def decide(
-        self, records: list[ThreadRecord], check: Check, state_of: Callable[[ThreadRecord], "ThreadState"],
-        due: list[ThreadRecord],
+        self, records: list[SeizedThread], check: Check, state_of: Callable[[SeizedThread], "SampledThread"],
+        due: list[SeizedThread],
     ) -> int:  # fmt: skip
         """One tick's idle checks for the process: the threads to stop go to ``due``; returns how many were
         counted without a stop."""
@@ -109,7 +109,7 @@ class Dormancy:
         before = read_clock(self.clock_id)
         reused = 0
         watched_sum = 0
-        sleepers: list[ThreadRecord] = []
+        sleepers: list[SeizedThread] = []
         after_checks = self.after_checks
         for record in self.watched:
             if record.gone:
@@ -157,17 +157,17 @@ class Dormancy:
         after = read_clock(self.clock_id)
         return after is not None and after - again - bound <= self.dormant_sum
 
-    def _wake(self, check: Check, due: list[ThreadRecord]) -> int:
+    def _wake(self, check: Check, due: list[SeizedThread]) -> int:
         """Check every dormant thread as a watched one is checked; those that ran are watched again."""
         self.wakes += 1
         reused = 0
         total = stacked = 0
-        woken: list[ThreadRecord] = []
+        woken: list[SeizedThread] = []
         dormant = self.dormant
         quiet = self.quiet_ticks
         for record in list(dormant):
             self._add_deferred(record)
-            state: ThreadState = record.user
+            state: SampledThread = record.user
             if record.gone:
                 del dormant[record]
                 continue
@@ -189,7 +189,7 @@ class Dormancy:
         self.dormant_sum, self._stacked = total, stacked
         return reused
 
-    def _put_to_sleep(self, sleepers: list[ThreadRecord]) -> None:
+    def _put_to_sleep(self, sleepers: list[SeizedThread]) -> None:
         asleep = set()
         for record in sleepers:
             reading = record.proc.last_schedstat  # (read this tick, maybe again by ``_vouched``)
@@ -201,7 +201,7 @@ class Dormancy:
             asleep.add(record)
         self.watched = [r for r in self.watched if r not in asleep]
 
-    def _adopt(self, records: list[ThreadRecord]) -> None:
+    def _adopt(self, records: list[SeizedThread]) -> None:
         """The process's thread list changed (``Sampler._sync_threads``): watch the new threads, drop the
         dormant ones that left it, and read everything at this tick if any thread is new to T."""
         known = set(self.watched)
@@ -215,15 +215,15 @@ class Dormancy:
         self.watched = [r for r in records if r not in dormant]
         self._records = records
 
-    def _forget(self, record: ThreadRecord) -> None:
+    def _forget(self, record: SeizedThread) -> None:
         self.dormant_sum -= self.dormant.pop(record)[1]
         self._stacked -= record.user.last_stack is not None
 
-    def _add_deferred(self, record: ThreadRecord) -> None:
+    def _add_deferred(self, record: SeizedThread) -> None:
         """Add a dormant thread's samples since it was last added (one per quiet tick) to the session."""
         entry = self.dormant[record]
         count = self.quiet_ticks - entry[0]
-        state: ThreadState = record.user
+        state: SampledThread = record.user
         if count and state.last_stack is not None:
             self.session.add_sample(state.index, state.last_stack, StopReason.REUSED, state.last_class, count)
             self.session.deferred_samples -= count

@@ -9,7 +9,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.config import ExportConfig
 from profiler.profile.session import Session
 from profiler.runtime import AgentSession
-from profiler.symbolize.missing import missing_symbol_notices
+from profiler.symbolize.stripped import missing_symbol_notices
 from profiler.symbolize.symbolizer import symbolize
 from profiler.target.procfs import printable
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from profiler.model import IDLE_CLASSES, SampleClass, StopReason
 from profiler.profile.session import Session
-from profiler.sampling.target import ThreadState
-from profiler.target.capture import ThreadRecord
+from profiler.sampling.sampled_process import SampledThread
+from profiler.target.capture import SeizedThread
 from profiler.target.procfs import EXITED_STATES
 
 #: Run-time growth below this counts as "has not run": stopping and resuming a sleeping thread itself
@@ -40,7 +40,7 @@ class IdleCheck:
         #: stop threads asleep in the kernel too, for exact idle stacks (config.py)
         self.interrupt_sleeping = interrupt_sleeping
 
-    def reuse(self, record: ThreadRecord, state: ThreadState) -> bool:
+    def reuse(self, record: SeizedThread, state: SampledThread) -> bool:
         """Count a sample without stopping the thread, when its stack cannot have changed (or must not be
         disturbed). False means: stop it."""
         sched = record.proc.schedstat()
@@ -78,7 +78,7 @@ class IdleCheck:
         state.run_time_at_stop, state.slices_at_stop = run_time, slices
         return False
 
-    def _count_again(self, state: ThreadState, cls: SampleClass) -> bool:
+    def _count_again(self, state: SampledThread, cls: SampleClass) -> bool:
         """A sample of the thread's last stack, without stopping it (none if it was never sampled: it has
         slept since nprof attached). Returns True (it was not stopped)."""
         state.last_class = cls

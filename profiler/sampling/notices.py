@@ -75,7 +75,7 @@ def stack_window_shortfall(session: Session, cap: int) -> str | None:
     """Say so when the stack window cut many native stacks short at its largest (``cap``), and what copies
     more: a deep recursion or a program with big stack frames loses its outermost native frames (``main``
     and what it called) in every such sample, which the profile shows as many shallow roots. The walks cut
-    while a thread's window was still growing (``ThreadRecord.widen``), its first few, are not counted:
+    while a thread's window was still growing (``SeizedThread.widen``), its first few, are not counted:
     the window grew for them."""
     many = _many(session, session.counters.get("stack_window_at_cap", 0))
     return _limit_notice(many, f"the {cap:,} bytes copied per sample at most",
@@ -161,7 +161,7 @@ def signal_cost(forwarded: int, duration: float) -> str | None:
 
 
 def untraced_threads(refused: Iterable[int]) -> str | None:
-    """A notice naming the threads nprof could not seize (``ThreadTable.refused``): another tracer had them,
+    """A notice naming the threads nprof could not seize (``SeizedThreads.refused``): another tracer had them,
     as ``strace -p TID`` or a debugger attached to one thread does, so the profile has none of their
     samples, and nothing else would say so. (A process traced as a whole is refused at the attach.)"""
     tids = sorted(refused)

@@ -1,11 +1,11 @@
-"""The set of processes a recording samples: one ``Target`` per pid (its address space, unwinder and runtime
+"""The set of processes a recording samples: one ``SampledProcess`` per pid (its address space, unwinder and runtime
 agent). A process joins when it is attached (``add``), when it is born a child of one (``--subprocesses``:
 found by a look at its parent's children, or seized when its parent exits, ``Tracer.orphans``), and
-again, as a new Target under its old pid, when it execs: at once for a process seized with
+again, as a new SampledProcess under its old pid, when it execs: at once for a process seized with
 PTRACE_O_TRACEEXEC (the one nprof was pointed at or started, and children with --subprocesses), which
 waits in its exec stop while it is mapped; at the next scan for others. A process that was just started
 may load its runtime later than its first look (libpython is mapped after exec), so its detection is
-retried for a grace period (``target.py``) before it is profiled natively, with a notice saying why.
+retried for a grace period (``sampled_process.py``) before it is profiled natively, with a notice saying why.
 
 The sampler asks for ``look_again`` between ticks; nothing here runs while a thread is stopped.
 """
@@ -21,7 +21,7 @@ from profiler.errors import NprofError
 from profiler.runtime import Agent, AgentSession
 from profiler.sampling.children import ChildWatcher, program_identity
 from profiler.profile.session import Session
-from profiler.sampling.target import Target
+from profiler.sampling.sampled_process import SampledProcess
 from profiler.target.process import TargetProcess, shares_memory
 from profiler.target.procfs import children_of, exe_path, process_alive, thread_start_time
 from profiler.target.tracer import Tracer
@@ -48,7 +48,7 @@ class SampledProcesses:
         self.agents = list(agents)
         self.notice = notice  #: a message for the user, also kept in the session
         self.modules = ModuleRegistry()
-        self.targets: dict[int, Target] = {}
+        self.targets: dict[int, SampledProcess] = {}
         #: every agent session of the recording by its label in ``session.agents`` ("cpython:PID"), kept
         #: after its process exits or execs: the symbolizer names each runtime frame with the session that
         #: captured it, since code addresses mean nothing in another process
@@ -66,7 +66,7 @@ class SampledProcesses:
 
     def add(
         self, pid: int, fresh: bool = False, trace_exec: bool = False, at_exec: bool = False, orphan: bool = False
-    ) -> Target:
+    ) -> SampledProcess:
         """Validate, seize every thread, map modules and detect a managed runtime.
 
         ``fresh``: the process was just started (a new child): its runtime may not be loaded yet, so
@@ -134,7 +134,7 @@ class SampledProcesses:
                 if record.user is not None:
                     record.user.exec_resumed(record.proc.schedstat())
 
-    def _let_go_if_foreign(self, target: Target) -> bool:
+    def _let_go_if_foreign(self, target: SampledProcess) -> bool:
         """A process that exec'd a program of another architecture is detached from its exec stop and no
         longer sampled, with a notice; it runs on unprofiled. Unwound with x86-64 rules, its stacks were
         wrong, with nothing said (a sweep: a shell that exec'd a 32-bit program)."""
@@ -152,7 +152,7 @@ class SampledProcesses:
     def look_again(self) -> None:
         """Between ticks, at most every ``children.SCAN_INTERVAL``: children born and processes that exec'd
         since the last look, and runtimes that fresh processes have loaded since; the runtimes of processes
-        started just now at every call (``target.DETECT_SOON``)."""
+        started just now at every call (``sampled_process.DETECT_SOON``)."""
         scan = self.children.due()
         if scan:
             self._follow_children()
@@ -164,7 +164,7 @@ class SampledProcesses:
 
     def _detect_loaded_later(self) -> None:
         """Look again for the runtime of each process profiled natively that has mapped new code since its
-        last look (``Target.loaded_since``), and tell the user when one is found: its frames are read from
+        last look (``SampledProcess.loaded_since``), and tell the user when one is found: its frames are read from
         there on, and its earlier samples have native frames only."""
         for target in self.targets.values():
             if target.detection_pending or not target.loaded_since():
@@ -207,15 +207,15 @@ class SampledProcesses:
     def _note_agents(self) -> None:
         self.any_agent = any(target.agent is not None for target in self.targets.values())
 
-    def _make_target(self, process: TargetProcess, fresh: bool = False) -> Target:
-        target = Target(process, AddressSpace(process, self.objects, self.modules), self.config)
+    def _make_target(self, process: TargetProcess, fresh: bool = False) -> SampledProcess:
+        target = SampledProcess(process, AddressSpace(process, self.objects, self.modules), self.config)
         if not target.detect(self.agents, self._register_agent, fresh) and not target.detection_pending:
             self._no_runtime(target)
         self.session.meta.processes[process.pid] = process.cmdline
         self.session.modules = self.modules.modules
         return target
 
-    def _remap(self, target: Target) -> None:
+    def _remap(self, target: SampledProcess) -> None:
         """Same pid, new program: its modules and runtime are all different now."""
         target.process.after_exec()
         self.targets[target.process.pid] = self._make_target(target.process, fresh=True)
@@ -230,7 +230,7 @@ class SampledProcesses:
             if not target.detect(self.agents, self._register_agent) and now >= target.detect_until:
                 self._no_runtime(target)
 
-    def _no_runtime(self, target: Target, exited: bool = False) -> None:
+    def _no_runtime(self, target: SampledProcess, exited: bool = False) -> None:
         """Stop looking for a runtime in ``target`` and say why it is profiled natively; not for a child that
         ``exited`` or whose maps are empty (it is exiting: a pool's forked worker ending, its runtime found
         "not mapped"), which is only counted: nothing is left to profile. The process nprof was pointed at
@@ -261,7 +261,7 @@ class SampledProcesses:
         self.follow_orphans()
 
     def follow_orphans(self) -> bool:
-        """Make a Target of each child seized at its parent's exit (``Tracer.orphans``); not of a vfork
+        """Make a SampledProcess of each child seized at its parent's exit (``Tracer.orphans``); not of a vfork
         child before its exec, which runs in its parent's memory. True if one was added. Called by every
         look for children, and at once when no other process is left (a daemon's parents exited)."""
         added = False
@@ -271,7 +271,7 @@ class SampledProcesses:
         return added
 
     def _follow(self, child: int, orphan: bool = False) -> bool:
-        """Make a Target of ``child`` (``orphan``: seized already); False if it could not be. One that exited
+        """Make a SampledProcess of ``child`` (``orphan``: seized already); False if it could not be. One that exited
         first is the usual end of a short-lived child, and no news; any other reason is told once, with the
         error's advice (another tracer has it: which one). Each look for children found such a child
         again, and said so again, with the reason left out."""

@@ -17,7 +17,7 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
-from profiler.sampling.collector import SurvivorFreezer
+from profiler.sampling.gc_freeze import SurvivorFreezer
 from profiler.sampling.dormancy import DORMANT_AFTER, MIN_THREADS, Dormancy
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.notices import (
@@ -38,10 +38,10 @@ from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
 from profiler.profile.session import Session
 from profiler.sampling.stacks import StackRecorder
-from profiler.sampling.target import Target, ThreadState
+from profiler.sampling.sampled_process import SampledProcess, SampledThread
 from profiler.sampling.thread_naming import ThreadNaming
 from profiler.sampling.timer import Timer
-from profiler.target.capture import AgentCapture, Capture, ThreadRecord
+from profiler.target.capture import AgentCapture, Capture, SeizedThread
 from profiler.target.procfs import printable
 from profiler.target.tracer import Tracer
 
@@ -95,9 +95,9 @@ class Sampler:
         self.objects = objects or ObjectFileCache()
         self.notice = notice
         self.processes = SampledProcesses(session, config, self.tracer, self.objects, agents, self._notice)
-        self.targets = self.processes.targets  #: pid -> Target, kept by ``processes``
+        self.targets = self.processes.targets  #: pid -> SampledProcess, kept by ``processes``
         self.modules = self.processes.modules
-        self.threads: dict[tuple[int, int], ThreadState] = {}
+        self.threads: dict[tuple[int, int], SampledThread] = {}
         self.timer = Timer(config.rate)
         #: monotonic time of the recording's start: ``run``'s, from which the duration counts
         self.started = time.monotonic()
@@ -120,11 +120,11 @@ class Sampler:
 
     # --- targets ---------------------------------------------------------------------------------------
 
-    def add_process(self, pid: int, fresh: bool = False, trace_exec: bool = False) -> Target:
+    def add_process(self, pid: int, fresh: bool = False, trace_exec: bool = False) -> SampledProcess:
         """Attach a process and sample it from the next tick (``processes.py``)."""
         return self.processes.add(pid, fresh, trace_exec)
 
-    def add_launched(self, pid: int) -> Target:
+    def add_launched(self, pid: int) -> SampledProcess:
         """Take over a command started by ``launch.py``, waiting in its exec stop; it runs once mapped."""
         return self.processes.add(pid, fresh=True, trace_exec=True, at_exec=True)
 
@@ -194,7 +194,7 @@ class Sampler:
         synced = time.monotonic() >= self._next_sync
         if synced:
             self._sync_threads()
-        due: list[ThreadRecord] = []
+        due: list[SeizedThread] = []
         reused = 0
         reuse = self.idle.reuse
         for pid, target in self.targets.items():
@@ -249,7 +249,7 @@ class Sampler:
         return Tick(self.ticks, now - self.started, stopped, reused)
 
     def _capture_again(
-        self, threads: list[ThreadRecord], first: AgentCapture | None, full: AgentCapture | None
+        self, threads: list[SeizedThread], first: AgentCapture | None, full: AgentCapture | None
     ) -> int:
         """Stop again the ``threads`` whose snapshots fell short, each at once after the tick's settles: the
         agent's snapshot hook first (it copies what the settle found missing, or hands the stop to its
@@ -271,7 +271,7 @@ class Sampler:
     def _sync_threads(self) -> None:
         """At the start of a tick, every SYNC_INTERVAL: seize the threads that appeared since the last look,
         so that this tick stops them, and forget those gone. A process is listed only when its thread count
-        says it may have a new thread (``ThreadTable.may_have_new``), or LIST_AT_LEAST_EVERY after the last
+        says it may have a new thread (``SeizedThreads.may_have_new``), or LIST_AT_LEAST_EVERY after the last
         listing."""
         now = time.monotonic()
         self._next_sync = now + SYNC_INTERVAL
@@ -297,7 +297,7 @@ class Sampler:
     def _housekeeping(self, now: float) -> None:
         """After a tick that looked for new threads (``_sync_threads``): new children, execs, and runtimes
         that fresh processes loaded since (``processes.look_again``), a look at each process's code mappings
-        (``address_space.py``), and the freeze of what survived the garbage collector (``collector.py``)."""
+        (``address_space.py``), and the freeze of what survived the garbage collector (``gc_freeze.py``)."""
         self.collector.tick(now)
         self.processes.look_again()
         for pid, target in self.targets.items():
@@ -305,14 +305,14 @@ class Sampler:
                 target.space.recheck(now)
         self.naming.tick(now, self.targets.values())
 
-    def _record_all(self, captures: list[Capture], settle: bool, answer: bool = True) -> list[ThreadRecord]:
+    def _record_all(self, captures: list[Capture], settle: bool, answer: bool = True) -> list[SeizedThread]:
         """Record a tick's captures (every thread runs again); with ``settle``, first let the agents settle
         their snapshots. Returns the threads whose snapshot fell short, which were not recorded.
 
         With ``answer``, tracee events are answered between captures: signals that arrived meanwhile wait
         in a stop until then. Not for late captures (``Tracer.take_late_captures``): an event answered may
         be another late stop, copied into a late slot that one of them still occupies."""
-        again: list[ThreadRecord] = []
+        again: list[SeizedThread] = []
         last = len(captures) - 1
         for i, capture in enumerate(captures):
             if settle and not self.agent_calls.settle(capture):
@@ -325,14 +325,14 @@ class Sampler:
                 self.priority.check()
         return again
 
-    def _state(self, record: ThreadRecord) -> ThreadState:
+    def _state(self, record: SeizedThread) -> SampledThread:
         state = record.user
         if state is None:
             index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
-            state = record.user = self.threads[record.key] = ThreadState(index, time.monotonic())
+            state = record.user = self.threads[record.key] = SampledThread(index, time.monotonic())
         return state
 
-    def prepare_hold(self, threads: Sequence[ThreadRecord]) -> None:
+    def prepare_hold(self, threads: Sequence[SeizedThread]) -> None:
         """For ``nprof dump``, before it holds every thread: stop each one briefly (resumed at once, as a
         tick does), let the runtime agent copy it and, with native frames, unwind that copy, so that the hold
         that follows finds its work done. The unwind loads the tables of every module on the threads'

@@ -3,7 +3,7 @@ the runtime's frames, merge them, intern the stack, classify the sample.
 
 A profile revisits the same stacks, and everything after the unwind and the runtime decode depends only on
 the frames: merge, anchor and lock-wait checks, building frame keys and interning run once per distinct
-(native, runtime) stack of a process (``Target.stack_memo``).
+(native, runtime) stack of a process (``SampledProcess.stack_memo``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from profiler.runtime import ActivationRecords
 from profiler.sampling.anchoring import UNKNOWN, place
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.profile.session import Session
-from profiler.sampling.target import Target, ThreadState
+from profiler.sampling.sampled_process import SampledProcess, SampledThread
 from profiler.target import syscalls
-from profiler.target.capture import Capture, ThreadRecord
+from profiler.target.capture import Capture, SeizedThread
 from profiler.unwind.sigframe import interrupted_registers
 from profiler.unwind.stack import StackWindow
 
@@ -51,7 +51,7 @@ class StackRecorder:
         self.native = config.native
         self.first_window, self.window_cap = config.stack_bytes, config.window_cap
 
-    def record(self, target: Target, state: ThreadState, capture: Capture) -> None:
+    def record(self, target: SampledProcess, state: SampledThread, capture: Capture) -> None:
         """Unwind, merge, classify and count one capture."""
         session = self.session
         r = capture.slot.regs
@@ -93,7 +93,7 @@ class StackRecorder:
         state.last_stack, state.last_stop, state.last_class = sid, stop, cls
         session.add_sample(state.index, sid, stop, cls)
 
-    def unwind(self, target: Target, capture: Capture, window: StackWindow | None = None) -> UnwoundStack:
+    def unwind(self, target: SampledProcess, capture: Capture, window: StackWindow | None = None) -> UnwoundStack:
         """The native frames of one capture. A walk that went past a signal frame onto a stack not copied
         learns that it is the thread's own (``_learn_home_stack``): its next copies take it too. The walk is
         kept under the thread's key, so that its next one takes over its outer frames (``unwind/reuse.py``):
@@ -111,7 +111,7 @@ class StackRecorder:
             self._learn_home_stack(target, capture.thread, unwound.other_sp)
         return unwound
 
-    def _widen(self, record: ThreadRecord) -> None:
+    def _widen(self, record: SeizedThread) -> None:
         """The thread's stack went on past its window: its next copies take twice as much, up to the cap.
         A walk cut at the cap is counted: raising the cap is what would have helped it (``notices.py``)."""
         if record.widen(self.first_window, self.window_cap):
@@ -119,7 +119,7 @@ class StackRecorder:
         else:
             self.session.count("stack_window_at_cap")
 
-    def learn(self, target: Target, capture: Capture) -> None:
+    def learn(self, target: SampledProcess, capture: Capture) -> None:
         """Learn from one capture what its thread's next copies need, without counting a sample: the stack
         mapping it stopped on, its own stack, and the unwind tables of the modules on it."""
         self._track_stack_mapping(target, capture.thread, capture.slot.regs.rsp)
@@ -144,7 +144,7 @@ class StackRecorder:
 
     def _stack_id(
         self,
-        target: Target,
+        target: SampledProcess,
         native: list[NativeFrame],
         runtime: list[RuntimeFrame],
         stop: StopReason,
@@ -168,7 +168,7 @@ class StackRecorder:
             counted += ("python_anchor_unnamed",)
         return self.session.intern_stack(keys), in_gil_wait, counted
 
-    def _runtime_frames(self, target: Target, capture: Capture) -> list[RuntimeFrame]:
+    def _runtime_frames(self, target: SampledProcess, capture: Capture) -> list[RuntimeFrame]:
         if target.agent is None or capture.agent_data is None:
             return []
         try:
@@ -179,7 +179,7 @@ class StackRecorder:
 
     def _keys(
         self,
-        target: Target,
+        target: SampledProcess,
         native: list[NativeFrame],
         runtime: list[RuntimeFrame],
         stop: StopReason,
@@ -206,14 +206,14 @@ class StackRecorder:
         )
         return keys, outcome
 
-    def _learn_home_stack(self, target: Target, record: ThreadRecord, sp: int) -> None:
+    def _learn_home_stack(self, target: SampledProcess, record: SeizedThread, sp: int) -> None:
         """A walk went past a signal frame onto a stack that was not copied: that is the thread's own stack
         (the first sample's, taken for it, was the alternate one), and its next stops off it copy it too."""
         region = _stack_region(target, sp)
         if region is not None:
             record.home_lo, record.home_hi = region
 
-    def _track_stack_mapping(self, target: Target, record: ThreadRecord, rsp: int) -> None:
+    def _track_stack_mapping(self, target: SampledProcess, record: SeizedThread, rsp: int) -> None:
         """Remember the stack mapping holding rsp, so the next copy stops at its end."""
         if record.stack_lo <= rsp < record.stack_hi:
             return
@@ -238,7 +238,7 @@ def _window(capture: Capture) -> StackWindow:
     return StackWindow(capture.stack, capture.stack_base, capture.window_full, home)
 
 
-def _stack_region(target: Target, sp: int) -> tuple[int, int] | None:
+def _stack_region(target: SampledProcess, sp: int) -> tuple[int, int] | None:
     """``[start of the mapping holding sp, end of the run of mappings it starts)``: a stack's extent (the
     maps are read again if none holds sp)."""
     maps = target.process.maps

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 from profiler.sampling.agent_calls import AgentCalls
 from profiler.profile.session import Session
-from profiler.sampling.target import Target, ThreadState
-from profiler.target.capture import ThreadRecord
+from profiler.sampling.sampled_process import SampledProcess, SampledThread
+from profiler.target.capture import SeizedThread
 from profiler.target.procfs import read_comm
 
 #: how often threads sampled since are given their runtime's name: a thread that exits before the recording
@@ -34,7 +34,7 @@ class ThreadNaming:
         self.agent_calls = agent_calls
         self._next = 0.0  #: monotonic time of the next pass
 
-    def tick(self, now: float, targets: Iterable[Target]) -> None:
+    def tick(self, now: float, targets: Iterable[SampledProcess]) -> None:
         """At most every ``NAMING_INTERVAL``: name the threads sampled since, while they live."""
         if now < self._next:
             return
@@ -55,7 +55,7 @@ class ThreadNaming:
                     state.name_looks += 1
 
     def final(
-        self, target: Target, records: Iterable[ThreadRecord], states: dict[tuple[int, int], ThreadState]
+        self, target: SampledProcess, records: Iterable[SeizedThread], states: dict[tuple[int, int], SampledThread]
     ) -> None:
         """The names of ``target``'s live threads as they are now; one the runtime named before and not now
         (an exiting thread, already out of ``threading._active``) keeps that name."""
@@ -68,7 +68,7 @@ class ThreadNaming:
                 self.session.rename_thread(state.index, label(record, runtime_name))
 
 
-def label(record: ThreadRecord, runtime_name: str | None) -> str:
+def label(record: SeizedThread, runtime_name: str | None) -> str:
     """The kernel's name for the thread (comm), with the runtime's name for it where it has one."""
     comm = read_comm(record.pid, record.tid) or record.name
     return f"{runtime_name} ({comm})" if runtime_name and runtime_name != comm else comm

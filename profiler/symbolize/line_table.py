@@ -41,7 +41,7 @@ class LineColumns(NamedTuple):
     ends: np.ndarray  #: bool: the row ends a sequence
 
 
-class LineTable:
+class DwarfLineTable:
     """Rows of one line program, sorted for ``searchsorted``; file names resolved once."""
 
     def __init__(self, header: LineHeader, section: bytes, columns: LineColumns | None = None) -> None:

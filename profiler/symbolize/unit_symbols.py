@@ -20,7 +20,7 @@ from profiler.symbolize.dwarf_dies import Die, UnitDies
 from profiler.symbolize.inline_tree import InlineTree
 from profiler.symbolize.line_cache import LineTableStore
 from profiler.symbolize.line_header import read_line_header
-from profiler.symbolize.line_table import LineTable
+from profiler.symbolize.line_table import DwarfLineTable
 from profiler.symbolize.unit_index import RangeColumns
 
 #: DIEs whose children are concrete subprograms at file scope: Rust modules and impl blocks are
@@ -45,14 +45,14 @@ class UnitSymbols:
         self.dies = dies
         self._report = note
         self._store = lines
-        self._lines: LineTable | None = None
+        self._lines: DwarfLineTable | None = None
         self._lines_loaded = False
         self._subprograms: RangeColumns | None = None
         self._deep_walked = False
         self._trees: dict[int, InlineTree | None] = {}
 
     @property
-    def lines(self) -> LineTable | None:
+    def lines(self) -> DwarfLineTable | None:
         """The CU's line table (DW_AT_stmt_list, DWARF 5 section 3.1.1), or None if absent or corrupt."""
         if not self._lines_loaded:
             self._lines_loaded = True
@@ -63,7 +63,7 @@ class UnitSymbols:
                     comp_dir = dies.text(dies.top, DW_AT_comp_dir)
                     header = read_line_header(section, offset, dies.fmt.address_size, comp_dir, dies.form_text)
                     stored = self._store.get(offset) if self._store is not None else None
-                    self._lines = LineTable(header, section, stored)
+                    self._lines = DwarfLineTable(header, section, stored)
                     if stored is None and self._store is not None:
                         self._store.put(offset, self._lines.columns)
             except BinaryError as e:

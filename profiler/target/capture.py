@@ -19,7 +19,7 @@ HELD_TIMES = 1 << 16
 
 
 @dataclass(eq=False)
-class ThreadRecord:
+class SeizedThread:
     """One seized thread. Keyed by ``(tid, start_time)`` wherever a cache outlives a tick."""
 
     pid: int
@@ -69,7 +69,7 @@ class Slot:
 
     The buffer is reserved for the largest window (``size``) and backed by pages only as copies reach
     them: an anonymous mapping reads as zeros and is paged in on first write. A thread whose window grew
-    (``ThreadRecord.widen``) copies into any slot without an allocation during its stop, and slots that
+    (``SeizedThread.widen``) copies into any slot without an allocation during its stop, and slots that
     only ever take shallow stacks cost what they hold. The first window's pages (``touched``, default all)
     are paged in here, so that no stop waits for them."""
 
@@ -101,7 +101,7 @@ def _reserve(size: int) -> ctypes.Array[ctypes.c_char]:
 class Capture:
     """What one stopped thread yielded. Valid until the next ``Tracer.capture`` reuses its slot."""
 
-    thread: ThreadRecord
+    thread: SeizedThread
     slot: Slot
     stack_base: int
     stack_len: int  #: bytes copied (0 if none); negative errno if process_vm_readv failed
@@ -109,7 +109,7 @@ class Capture:
     agent_data: StopCopy | None = None  #: the agent's copy (``runtime.StopCopy``), opaque here
     home_base: int = 0  #: where the copy of the top of the thread's own stack starts (``home_len`` bytes)
     home_len: int = 0  #: 0 unless the thread was stopped on another stack
-    #: the signal the thread was resumed with since its previous copy (``ThreadRecord.signal_passed``)
+    #: the signal the thread was resumed with since its previous copy (``SeizedThread.signal_passed``)
     after_signal: int = 0
 
     @property
@@ -162,4 +162,4 @@ class TracerStats:
 
 
 #: agent hook called while a thread is stopped: (thread, regs) -> bytes-like or None
-AgentCapture = Callable[["ThreadRecord", pt.user_regs_struct], "StopCopy | None"]
+AgentCapture = Callable[["SeizedThread", pt.user_regs_struct], "StopCopy | None"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from profiler.target import procfs
 from profiler.target import ptrace as pt
 from profiler.target.capture import TracerStats
-from profiler.target.threads import ThreadTable
+from profiler.target.threads import SeizedThreads
 
 #: ptrace options of every process a recording with ``--subprocesses`` seizes: its threads stop at their
 #: exit (above), and its execs stop it to be mapped (``Tracer.exec_stopped``). A child seized here gets them
@@ -29,7 +29,7 @@ class Orphans(dict[int, int]):
     not seized as a process yet (``Tracer.add_process(orphan=True)``): only its leader is traced, and the
     tracer answers its stops like any other's, and detaches it at the end."""
 
-    def __init__(self, seized: ThreadTable, stats: TracerStats) -> None:
+    def __init__(self, seized: SeizedThreads, stats: TracerStats) -> None:
         super().__init__()
         self._seized = seized
         self._stats = stats

@@ -16,19 +16,19 @@ import os
 
 from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
-from profiler.target.capture import ThreadRecord, TracerStats
+from profiler.target.capture import SeizedThread, TracerStats
 from profiler.target.permissions import diagnose_attach_failure
 from profiler.target.procfs import EXITED_STATES, ThreadProc, list_threads, read_comm, read_status, thread_start_time
 from profiler.target.process import TargetProcess
 
 
-class ThreadTable:
+class SeizedThreads:
     """Every thread nprof has seized and not yet seen exit, and the liveness of their processes."""
 
     def __init__(self, stats: TracerStats) -> None:
         self.stats = stats
         self.processes: dict[int, TargetProcess] = {}
-        self.records: dict[int, ThreadRecord] = {}  #: tid -> the thread's record
+        self.records: dict[int, SeizedThread] = {}  #: tid -> the thread's record
         #: pid -> its threads not gone, for each process with such a thread and a leader that has not
         #: exited (the sampler asks which processes are alive every tick)
         self.live_pids: dict[int, int] = {}
@@ -65,7 +65,7 @@ class ThreadTable:
         self._track(process.pid, process.pid, seized=True)
         self.sync(process.pid)
 
-    def sync(self, pid: int) -> list[ThreadRecord]:
+    def sync(self, pid: int) -> list[SeizedThread]:
         """Seize the threads of ``pid`` that appeared since the last call; return its live records."""
         live = []
         refused = self.refused
@@ -79,7 +79,7 @@ class ThreadTable:
                 live.append(record)
         return live
 
-    def may_have_new(self, pid: int, records: list[ThreadRecord]) -> bool:
+    def may_have_new(self, pid: int, records: list[SeizedThread]) -> bool:
         """Whether ``pid`` may have a thread that ``records``, its last ``sync``, lacks.
 
         Listing /proc/PID/task costs ~0.45 us a thread in the kernel (0.9 ms for 2,000), reading the thread
@@ -91,7 +91,7 @@ class ThreadTable:
             return True
         return records[0].proc.thread_count() != len(records)
 
-    def _track(self, pid: int, tid: int, seized: bool) -> ThreadRecord | None:
+    def _track(self, pid: int, tid: int, seized: bool) -> SeizedThread | None:
         if not seized:
             err = pt.seize(tid, self.options.get(pid, 0))
             if err:
@@ -106,14 +106,14 @@ class ThreadTable:
             start = None
         if start is None:
             return None  # seized but already gone: its exit is reaped like any other event
-        record = ThreadRecord(pid, tid, start, read_comm(pid, tid), proc)
+        record = SeizedThread(pid, tid, start, read_comm(pid, tid), proc)
         self.records[tid] = record
         if pid not in self.exit_status:
             self.live_pids[pid] = self.live_pids.get(pid, 0) + 1
         self.stats.threads_seen += 1
         return record
 
-    def drop(self, record: ThreadRecord, exited: bool = True) -> None:
+    def drop(self, record: SeizedThread, exited: bool = True) -> None:
         """Forget a thread that exited (or, ``exited`` False, was detached); its process is dead once its last
         thread is."""
         if not record.gone:
@@ -125,7 +125,7 @@ class ThreadTable:
                 self.live_pids[record.pid] = live
         self.records.pop(record.tid, None)
 
-    def threads_of(self, pid: int) -> list[ThreadRecord]:
+    def threads_of(self, pid: int) -> list[SeizedThread]:
         """The records of ``pid``'s threads seized and not seen to exit (no new thread is looked for)."""
         return [r for r in self.records.values() if r.pid == pid]
 

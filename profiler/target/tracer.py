@@ -37,11 +37,11 @@ from profiler.target.ptrace import (
     PTRACE_INTERRUPT,
     raw_ptrace,
 )
-from profiler.target.capture import AgentCapture, Capture, Slot, ThreadRecord, TracerStats
+from profiler.target.capture import AgentCapture, Capture, Slot, SeizedThread, TracerStats
 from profiler.target.events import EventWait, FirstStopSpin, open_event_wait
 from profiler.target.orphans import FOLLOW_OPTIONS, Orphans
 from profiler.target.process import TargetProcess
-from profiler.target.threads import ThreadTable
+from profiler.target.threads import SeizedThreads
 
 #: bytes below rsp copied with the stack window: the System V x86-64 ABI's red zone (section 3.2.2, "The
 #: 128-byte area beyond the location pointed to by %rsp ... will not be modified by signal or interrupt
@@ -91,7 +91,7 @@ class Tracer:
         follow_exits: bool = False,
     ) -> None:
         """``stack_bytes``: the window a thread's copies start with; a thread's own grows as the sampler
-        widens it (``ThreadRecord.widen``), up to ``max_stack_bytes``, which the slots are reserved for
+        widens it (``SeizedThread.widen``), up to ``max_stack_bytes``, which the slots are reserved for
         (0, or less than ``stack_bytes``: a fixed window). ``follow_exits``: every process is seized with
         ``FOLLOW_OPTIONS``, and the children of an exiting thread are seized into ``orphans``."""
         self.follow_exits = follow_exits
@@ -99,7 +99,7 @@ class Tracer:
         self.max_stack_bytes = max(stack_bytes, max_stack_bytes)
         self.stop_deadline = stop_deadline
         self.stats = TracerStats()
-        self.seized = ThreadTable(self.stats)  #: every thread seized, by process (``threads.py``)
+        self.seized = SeizedThreads(self.stats)  #: every thread seized, by process (``threads.py``)
         #: children seized at their parent's exit, not processes of their own yet (``orphans.py``)
         self.orphans = Orphans(self.seized, self.stats)
         self._waiter = pt.Waiter()  #: for WNOHANG checks; blocking waits go through ``_events``
@@ -167,7 +167,7 @@ class Tracer:
         if record is not None:
             self._drop(record)
 
-    def _drop(self, record: ThreadRecord, exited: bool = True) -> None:
+    def _drop(self, record: SeizedThread, exited: bool = True) -> None:
         """Forget a thread that exited (or was detached: ``exited`` False), and any stop of it nprof was
         holding or still expecting."""
         self.seized.drop(record, exited)
@@ -178,7 +178,7 @@ class Tracer:
 
     def capture(
         self,
-        due: Iterable[ThreadRecord],
+        due: Iterable[SeizedThread],
         copy_stack: bool = True,
         agent_capture: AgentCapture | None = None,
         window: float | None = None,
@@ -213,7 +213,7 @@ class Tracer:
 
     @contextlib.contextmanager
     def hold(
-        self, threads: Iterable[ThreadRecord], copy_stack: bool = True, agent_capture: AgentCapture | None = None
+        self, threads: Iterable[SeizedThread], copy_stack: bool = True, agent_capture: AgentCapture | None = None
     ) -> Iterator[list[Capture]]:
         """Stop every thread and keep them all stopped while the caller reads more (``nprof dump``): one
         consistent snapshot of the whole process. Every thread is resumed on leaving, whatever happens."""
@@ -230,8 +230,8 @@ class Tracer:
         ``PAGED_IN_AT_MOST``)."""
         return Slot(self.max_stack_bytes + RED_ZONE, touched=min(self.stack_bytes, PAGED_IN_AT_MOST) + RED_ZONE)
 
-    def _interrupt(self, threads: Iterable[ThreadRecord]) -> dict[int, ThreadRecord]:
-        pending: dict[int, ThreadRecord] = {}
+    def _interrupt(self, threads: Iterable[SeizedThread]) -> dict[int, SeizedThread]:
+        pending: dict[int, SeizedThread] = {}
         for record in threads:
             if record.interrupt_pending:
                 self._late.pop(record.tid, None)  # still on its way: collect it as this tick's
@@ -249,7 +249,7 @@ class Tracer:
 
     def _collect(
         self,
-        pending: dict[int, ThreadRecord],
+        pending: dict[int, SeizedThread],
         stack_bytes: int,
         agent_capture: AgentCapture | None,
         window: float | None = None,
@@ -315,7 +315,7 @@ class Tracer:
         return captures
 
     def _copy(
-        self, record: ThreadRecord, slot: Slot, stack_bytes: int, agent_capture: AgentCapture | None
+        self, record: SeizedThread, slot: Slot, stack_bytes: int, agent_capture: AgentCapture | None
     ) -> Capture:
         """Registers, the stack window and the agent's bytes of one stopped thread: syscalls only.
 
@@ -432,7 +432,7 @@ class Tracer:
         if event == 0 and record is not None and record.interrupt_pending:
             pt.interrupt(tid)  # the signal's stop answered it: ask again for the stop still awaited
 
-    def _capture_late(self, record: ThreadRecord, status: int) -> None:
+    def _capture_late(self, record: SeizedThread, status: int) -> None:
         """The stop of a thread that missed its tick's window: copy it now, then let it go. Its hold is noted
         like a tick's (the session's ``stops`` counts every stop its samples came from)."""
         seen = time.perf_counter_ns()
@@ -510,7 +510,7 @@ class Tracer:
                 self._drop(record, exited=False)
         self.exec_stopped.clear()
         #: tid -> its record, or None for an orphan never seized as a process (``orphans``)
-        waiting: dict[int, ThreadRecord | None] = {}
+        waiting: dict[int, SeizedThread | None] = {}
         for record in list(self.seized.records.values()):
             if record.proc.state() in procfs.EXITED_STATES:  # an exited thread cannot stop: not waited for
                 if record.tid != record.pid:
@@ -598,7 +598,7 @@ class Tracer:
         self._stack_readers.clear()
         self.seized.processes.clear()
 
-    def _wait_for_orphans(self, waiting: dict[int, ThreadRecord | None]) -> None:
+    def _wait_for_orphans(self, waiting: dict[int, SeizedThread | None]) -> None:
         """Ask a stop of every orphan that ``detach_all`` does not wait for yet."""
         for tid in self.orphans.keys() - waiting.keys():
             if pt.interrupt(tid) == 0:

@@ -24,7 +24,7 @@ so a truncated stack explains itself.
 Given the thread's previous walk, a walk that reaches a state that walk passed through, with every word it
 read from there on unchanged, takes over its frames from there instead of walking them again
 (``profiler.unwind.reuse``): the outer frames of a sampled thread rarely change between two samples.
-Walks read only the saved registers some rule met uses (``profiler.unwind.kept``).
+Walks read only the saved registers some rule met uses (``profiler.unwind.registers_read``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from profiler.model import (
 from profiler.unwind.address_space import AddressSpace, ModuleEntry
 from profiler.unwind.cfi import Registers, step_cfi
 from profiler.unwind.framepointer import StepResult, step_chain, step_first
-from profiler.unwind.kept import KeptGrew, KeptRegisters
+from profiler.unwind.registers_read import RegistersGrew, RegistersRead
 from profiler.unwind.reuse import MAX_LOGS, LoggedWindow, Previous, WalkLog, WalkState, loggable
 from profiler.unwind.scan import SCAN_WORDS, SCAN_WORDS_INNERMOST, find_return_address
 from profiler.unwind.stack import StackWindow
@@ -90,7 +90,7 @@ class NativeUnwinder:
     executable ranges change (``AddressSpace.generation``: ``dlopen``, ``dlclose``, a library replaced at
     the same address).
 
-    A frame's saved callee-saved registers are read only if some rule met so far uses them (``kept.py``):
+    A frame's saved callee-saved registers are read only if some rule met so far uses them (``registers_read.py``):
     the rules a walk memoizes keep only those in their ``saved``. A rule, or a prologue's frame, that uses a
     register not kept yet adds it and has the walk start over (once per register and process), with the
     memo emptied, so a walk's frames never depend on what was left out.
@@ -108,7 +108,7 @@ class NativeUnwinder:
         self.frames_scanned = 0  #: frames found by a stack scan (a best effort: the session counts them)
         #: thread -> its last walk, least recently walked first (at most ``reuse.MAX_LOGS``)
         self._logs: dict[Hashable, WalkLog] = {}
-        self._kept = KeptRegisters()  #: which registers are read where frames saved them
+        self._kept = RegistersRead()  #: which registers are read where frames saved them
 
     def unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
@@ -119,7 +119,7 @@ class NativeUnwinder:
         while True:
             try:
                 return self._unwind(regs, window, thread)
-            except KeptGrew:  # walk again, reading the register a rule was found to use: nothing kept before
+            except RegistersGrew:  # walk again, reading the register a rule was found to use: nothing kept before
                 self._memo.clear()  # holds rules cut to the registers kept until now
                 self._entered.clear()
                 self._logs.clear()

@@ -9,7 +9,7 @@ method that produced the frame, whether its pc is looked up as is) and reads onl
 everything else it consults (the modules mapped, their tables, the code of their functions) is the same
 while the address space's ``generation`` is. So if this walk reaches a state the previous walk also
 passed through (the same stack pointer, every register a step can use equal:
-``kept.KeptRegisters.same_state``), and every word the previous walk read from there on reads the same in
+``registers_read.RegistersRead.same_state``), and every word the previous walk read from there on reads the same in
 this copy, the previous walk's frames from there on are this walk's frames.
 The words are checked one by one (``LoggedWindow`` keeps each read's place and value), not the whole
 stack above the frame: the locals of outer frames change all the time, their saved registers and return
@@ -39,7 +39,7 @@ MAX_ATTEMPTS = 3
 #: log (``PAUSED_WALKS`` of them): a thread whose stack changes all the way down between samples (random call
 #: paths, a recursion of varying shape) gains little from taking over, and logging every word its walks read
 #: cost them ~10% (recording ``benchmarks/c/random_paths.c``: 199-201 us of CPU per sample logged, 173-184
-#: without). Not 4: when states still compared every register (``kept.KeptRegisters.same_state``), 16% of
+#: without). Not 4: when states still compared every register (``registers_read.RegistersRead.same_state``), 16% of
 #: ``gaps_target``'s walks took nothing over, and 4 in a row paused it 8 times in 2 s at 1 kHz; a thread
 #: whose walks take over most of the time should not pause on such a run
 MISSES_BEFORE_PAUSE = 8

@@ -22,7 +22,7 @@ from profiler.binary.minidebug import mini_debuginfo
 from profiler.binary.objfile import ObjectFile
 from profiler.model import StopReason
 from profiler.profile.session import Session
-from profiler.symbolize.missing import _package_of
+from profiler.symbolize.stripped import _package_of
 from tests.support.profiles import ThreadProfile, ends_with, read_speedscope, share
 from profiler.target import procfs
 from tests.support.targets import (

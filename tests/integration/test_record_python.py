@@ -407,7 +407,7 @@ def test_known_functions_on_new_paths_cost_no_second_stop(interp, tmp_path):
     instead of stopping the thread again: 8.7-10.4% of snapshots were captured again in a second stop on
     3.11-3.13 (recorded at 1 kHz for 3 s) when plans held the headers, 3.7-6.2% since (4 s; 6.2% on a
     loaded 2-core machine), and 1.8-2.1% once new code objects and the frames of returned calls that a
-    snapshot missed were copied in the thread's next stops too (``code_ahead.KEEP_STOPS``,
+    snapshot missed were copied in the thread's next stops too (``code_prefetch.KEEP_STOPS``,
     ``CPythonSession.settle``): the first samples of each function, and generators' frames, new at each
     call."""
     out = str(tmp_path / "mix.folded")
@@ -720,7 +720,7 @@ def test_code_object_reuse_in_a_recording(interp, tmp_path):
     counters = Session.load(str(tmp_path / "churn.nprof")).counters
     assert counters.get("python_code_reused_addresses", 0) > 0, counters
     # new code objects cannot be settled after resume: those threads were stopped again, and the code
-    # objects decoded from what that stop copied of them (``code_ahead.py``) or from a walk in a third
+    # objects decoded from what that stop copied of them (``code_prefetch.py``) or from a walk in a third
     assert counters.get("python_stacks_recaptured", 0) > 0, counters
     assert counters.get("python_stacks_decoded_ahead", 0) > 0, counters
     # the agent's hooks (the snapshot, its settling over a chain that keeps changing, the copy, the
@@ -732,7 +732,7 @@ def test_code_object_reuse_in_a_recording(interp, tmp_path):
 def test_spawned_interpreter_is_detected(interp, tmp_path):
     """`nprof record -- python script`: nprof may attach before the dynamic loader maps libpython; the
     runtime is still found, and no "not Python" notice is printed. It is found before the script's first
-    Python code runs (``target.DETECT_SOON``): a script that spins at once has its Python frames from its
+    Python code runs (``sampled_process.DETECT_SOON``): a script that spins at once has its Python frames from its
     first samples (a look every 100 ms left the first ~80 ms of samples in the eval loop without them in
     about half of the runs)."""
     out = str(tmp_path / "spawned.speedscope.json")

@@ -19,7 +19,7 @@ from profiler.target.capture import TracerStats
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import read_status
 from profiler.target.ptrace import PTRACE_INTERRUPT, raw_ptrace
-from profiler.target.threads import ThreadTable
+from profiler.target.threads import SeizedThreads
 from profiler.target.tracer import Tracer
 from profiler.unwind.sigframe import at_handler_entry, interrupted_registers
 from profiler.unwind.stack import StackWindow
@@ -148,7 +148,7 @@ def _stack_top(pid: int, sp: int) -> int:
 
 
 def test_a_thread_s_own_window_is_copied_and_never_more_than_the_slots_hold(chain_fp):
-    """A thread's window, once widened by the sampler (``ThreadRecord.widen``), is what its copies take, up
+    """A thread's window, once widened by the sampler (``SeizedThread.widen``), is what its copies take, up
     to the end of its stack; a window past the tracer's largest is cut to it, as the slots hold no more.
     The target recurses 100 KiB deep half the time: each window is copied until a stop finds the stack
     deeper than it."""
@@ -177,8 +177,8 @@ def test_a_thread_s_own_window_is_copied_and_never_more_than_the_slots_hold(chai
 def test_a_zombie_is_not_taken_for_a_thread_another_tracer_has():
     """ptrace refuses a zombie (EPERM) as it refuses a thread another tracer has; a child process that
     exited is one until its parent reaps it. Only the traced thread is kept for the end-of-recording notice
-    (``ThreadTable.refused``); the zombie is gone, like a thread that exited."""
-    table = ThreadTable(TracerStats())
+    (``SeizedThreads.refused``); the zombie is gone, like a thread that exited."""
+    table = SeizedThreads(TracerStats())
     child = subprocess.Popen(["true"])
     try:
         assert wait_until(lambda: (read_status(child.pid) or SimpleNamespace(state="?")).state == "Z")

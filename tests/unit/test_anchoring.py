@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from profiler.model import NativeFrame, UnwindMethod
 from profiler.sampling.anchoring import BEYOND, NOWHERE, UNKNOWN, place
-from profiler.sampling.target import Target
+from profiler.sampling.sampled_process import SampledProcess
 
 #: four frames, innermost first: frame i owns [SPS[i], SPS[i + 1]); the last, everything above its own
 SPS = [0x1000, 0x1080, 0x1200, 0x1400]
@@ -45,13 +45,13 @@ def test_a_walk_without_frames_places_nothing_by_address():
 
 
 def test_native_frames_asked_about_before_the_runtime_was_found_are_asked_again():
-    """``Target.flags`` remembers, per frame, what the agent said of it; asked before there was an agent
+    """``SampledProcess.flags`` remembers, per frame, what the agent said of it; asked before there was an agent
     (a spawned interpreter runs Python before nprof finds it), it said "not an anchor" of the eval loop,
     and kept saying it for the rest of the recording: 270 of 304 samples of a json loop misplaced."""
     eval_loop = NativeFrame(3, 0x5000, 0x7F00_0000_5000, UnwindMethod.CFI)
     session = SimpleNamespace(is_anchor=lambda frame: frame.rel == 0x5000, is_gil_wait=lambda frame: False)
     agent = SimpleNamespace(name="cpython", detect=lambda process: session)
-    target = Target(SimpleNamespace(pid=1), SimpleNamespace(generation=0),  # type: ignore[arg-type]
+    target = SampledProcess(SimpleNamespace(pid=1), SimpleNamespace(generation=0),  # type: ignore[arg-type]
                     SimpleNamespace(max_frames=64))  # fmt: skip
     assert target.flags(eval_loop) == (False, False), "no agent yet"
     assert target.detect([agent], lambda found, pid: 0)  # type: ignore[list-item]

@@ -1,4 +1,4 @@
-"""The sampler's use of the garbage collector's permanent generation (``profiler/sampling/collector.py``):
+"""The sampler's use of the garbage collector's permanent generation (``profiler/sampling/gc_freeze.py``):
 survivors are frozen at the start and once per interval, everything is handed back at the end, and a process
 that manages its own permanent generation is left alone."""
 
@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from profiler.sampling.collector import FREEZE_INTERVAL, SurvivorFreezer
+from profiler.sampling.gc_freeze import FREEZE_INTERVAL, SurvivorFreezer
 
 
 @pytest.fixture(autouse=True)

@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.cpython import code_ahead, plan, scatter
+from agents.cpython import code_prefetch, plan, scatter
 from agents.cpython.binding import ThreadBindings
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeCache
 from agents.cpython.frames import decode_frames
-from agents.cpython.layout import FrameKind, Layout, LineTableFormat
+from agents.cpython.layout import FrameStruct, Layout, LineTableFormat
 from agents.cpython.locals import LocalsReader
 from agents.cpython.marks import ActivationMarks
 from agents.cpython.offsets import TABLES
@@ -148,7 +148,7 @@ class FakeTarget:
         addr = self.alloc(max(f.size, f.localsplus) + 16)
         self.link(addr, previous)
         self.put(addr + f.code, "Q", code)
-        if f.kind is FrameKind.FRAME_OBJECT:
+        if f.kind is FrameStruct.FRAME_OBJECT:
             self.put(addr + f.instr, "i", position)
         else:
             self.put(addr + f.instr, "Q", code + (self.layout.code.code_adaptive or 0) + 2 * position)
@@ -1000,7 +1000,7 @@ def test_a_snapshot_that_falls_short_asks_for_a_stop(target):
     while its frame keeps it alive), cannot be settled from the snapshot: ``RECAPTURE``, counted, and the
     capture in the next stop (the sampler's) sees the new chain: a chain that grew past the plan (here
     a newest frame the snapshot lacks) has that stop walk in full; a code object not decoded yet has it
-    copy the code object too (``code_ahead.py``)."""
+    copy the code object too (``code_prefetch.py``)."""
     info, frames = chain(target, ["c", "b", "a"])
     session = session_over(target, info)
     planned(session, target)
@@ -1152,9 +1152,9 @@ def test_a_new_code_object_a_snapshot_met_is_decoded_from_the_next_stops_copy(ta
 
 @pytest.mark.parametrize("target", LAYOUTS[:1] + LAYOUTS[-1:], indirect=True)
 def test_a_snapshot_that_met_too_many_new_code_objects_has_its_next_stop_walk(target, monkeypatch):
-    """Past ``code_ahead.MAX_CODES`` new code objects at once, reading each after resume would cost more
+    """Past ``code_prefetch.MAX_CODES`` new code objects at once, reading each after resume would cost more
     than the walk in the stop, which decodes them with two scatter reads: the next stop walks."""
-    monkeypatch.setattr(code_ahead, "MAX_CODES", 2)
+    monkeypatch.setattr(code_prefetch, "MAX_CODES", 2)
     session, frames = planned_chain(target)
     for i, frame in enumerate(frames):  # all three returned, and three new functions run in their frames
         target.put(frame + target.layout.frame.code, "Q", target.code(f"new{i}", 70 + i, version=20 + i))
@@ -1207,7 +1207,7 @@ def test_a_new_code_object_is_copied_for_keep_stops_and_no_more(target, monkeypa
     """A new code object the thread's next stops do not run (its function returned) is copied in each of
     them, with the plan, for ``KEEP_STOPS`` stops; then no more: its copy costs every stop ~0.6 us a
     range, for a function that takes less than 1/KEEP_STOPS of the thread's samples."""
-    monkeypatch.setattr(code_ahead, "KEEP_STOPS", 3)
+    monkeypatch.setattr(code_prefetch, "KEEP_STOPS", 3)
     session, frames = planned_chain(target)
     code_b = struct.unpack_from("<Q", target.heap, frames[1] + target.layout.frame.code - HEAP)[0]
     fresh = target.code("fresh", 70, version=9)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from agents.cpython.debug_offsets import SPECS, DebugOffsetsError, layout_from_debug_offsets, parse
-from agents.cpython.layout import FrameKind
+from agents.cpython.layout import FrameStruct
 from tests.targets.python.interpreters import interpreter_params
 
 DUMP = (
@@ -50,7 +50,7 @@ def test_live_313_layout_matches_offsetof(live):
     assert (t.next, t.interp, t.frame, t.thread_id, t.native_thread_id) == (8, 16, 72, 152, 160)
     assert t.cframe_current_frame is None
     f = layout.frame
-    assert (f.kind, f.code, f.previous, f.instr, f.owner) == (FrameKind.INTERPRETER_FRAME, 0, 8, 56, 70)
+    assert (f.kind, f.code, f.previous, f.instr, f.owner) == (FrameStruct.INTERPRETER_FRAME, 0, 8, 56, 70)
     assert f.localsplus == 72 and f.shim_owners == {3}
     c = layout.code
     assert (c.firstlineno, c.filename, c.name, c.qualname, c.linetable) == (68, 112, 120, 128, 136)

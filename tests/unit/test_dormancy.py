@@ -10,8 +10,8 @@ from profiler.model import SampleClass, StopReason
 from profiler.sampling import dormancy as dormancy_module
 from profiler.sampling.dormancy import Dormancy
 from profiler.profile.session import Session, SessionMeta
-from profiler.sampling.target import ThreadState
-from profiler.target.capture import ThreadRecord
+from profiler.sampling.sampled_process import SampledThread
+from profiler.target.capture import SeizedThread
 
 AFTER = 3  #: asleep checks that make a thread dormant
 
@@ -35,7 +35,7 @@ class World:
     """One process: its threads' run times, and the time of threads that exited, which its clock counts."""
 
     def __init__(self) -> None:
-        self.records: list[ThreadRecord] = []
+        self.records: list[SeizedThread] = []
         self.exited_time = 0
         self.exited: set[int] = set()
 
@@ -46,18 +46,18 @@ class World:
         live = sum(r.proc.run_time for r in self.records if id(r.proc) not in self.exited)
         return live + self.exited_time
 
-    def thread(self, tid: int, stacked: bool = True) -> ThreadRecord:
-        record = ThreadRecord(1, tid, 0, f"t{tid}", FakeProc(self))  # type: ignore[arg-type]
-        record.user = ThreadState(index=tid, last_stack=7 if stacked else None, last_class=SampleClass.IDLE)
+    def thread(self, tid: int, stacked: bool = True) -> SeizedThread:
+        record = SeizedThread(1, tid, 0, f"t{tid}", FakeProc(self))  # type: ignore[arg-type]
+        record.user = SampledThread(index=tid, last_stack=7 if stacked else None, last_class=SampleClass.IDLE)
         self.records.append(record)
         return record
 
-    def exit(self, record: ThreadRecord) -> None:
+    def exit(self, record: SeizedThread) -> None:
         self.exited_time += record.proc.run_time
         self.exited.add(id(record.proc))
 
 
-def check(record: ThreadRecord, state: ThreadState) -> bool:
+def check(record: SeizedThread, state: SampledThread) -> bool:
     """``IdleCheck.reuse`` reduced to what dormancy relies on: one schedstat read, and the asleep count."""
     sched = record.proc.schedstat()
     if sched is None:
@@ -77,8 +77,8 @@ def world(monkeypatch) -> World:
     return w
 
 
-def tick(d: Dormancy, world: World) -> list[ThreadRecord]:
-    due: list[ThreadRecord] = []
+def tick(d: Dormancy, world: World) -> list[SeizedThread]:
+    due: list[SeizedThread] = []
     d.decide(world.records, check, lambda r: r.user, due)
     return due
 
@@ -87,7 +87,7 @@ def reads(world: World) -> dict[int, int]:
     return {r.tid: r.proc.reads for r in world.records}
 
 
-def settled(world: World) -> tuple[Dormancy, Session, ThreadRecord, list[ThreadRecord]]:
+def settled(world: World) -> tuple[Dormancy, Session, SeizedThread, list[SeizedThread]]:
     """A busy thread and three sleepers, ticked until the sleepers are dormant."""
     session = Session(SessionMeta(pid=1, command=[]))
     d = Dormancy(1, session, AFTER)

@@ -1,4 +1,4 @@
-"""The notice naming modules much of a profile ran in without function names (symbolize/missing.py)."""
+"""The notice naming modules much of a profile ran in without function names (symbolize/stripped.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from profiler.config import ExportConfig
 from profiler.model import FrameKind, Module, SampleClass, StopReason
 from profiler.profile.session import Session, SessionMeta
-from profiler.symbolize.missing import _candidates, _package_of, choose_debug_package, missing_symbol_notices
+from profiler.symbolize.stripped import _candidates, _package_of, choose_debug_package, missing_symbol_notices
 
 APP, LIB = 0, 1
 

@@ -12,7 +12,7 @@ from profiler.sampling.notices import (
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
 from profiler.profile.session import Session, SessionMeta
-from profiler.sampling.target import Target
+from profiler.sampling.sampled_process import SampledProcess
 from profiler.target.maps import Mapping, MappingIndex
 
 
@@ -119,13 +119,13 @@ def test_a_signal_heavy_target_is_told_what_passing_signals_on_costs():
 
 
 def test_a_process_profiled_natively_is_looked_at_again_only_when_it_maps_new_code_files():
-    """``Target.loaded_since``: a runtime is looked for again once a new file of code is mapped (a dlopen of
+    """``SampledProcess.loaded_since``: a runtime is looked for again once a new file of code is mapped (a dlopen of
     libpython), not at every change of the code mapped (a JIT's anonymous mappings come and go all the
     time), and once per new file."""
     maps = [Mapping(0x1000, 0x2000, "r-xp", 0, 1, "/usr/bin/host")]
     process = SimpleNamespace(maps=MappingIndex(maps))
     space = SimpleNamespace(generation=0)
-    target = object.__new__(Target)
+    target = object.__new__(SampledProcess)
     target.agent, target.process, target.space = None, process, space
     target._looked_at = (0, target._code_files())
     assert not target.loaded_since(), "nothing changed"
@@ -154,7 +154,7 @@ def test_a_runtime_loaded_since_the_attach_that_nprof_cannot_read_is_told():
     processes.agents = [agent]
     maps = [Mapping(0x1000, 0x2000, "r-xp", 0, 1, "/usr/bin/host")]
     process = SimpleNamespace(pid=7, comm="host", maps=MappingIndex(maps))
-    target = object.__new__(Target)
+    target = object.__new__(SampledProcess)
     target.agent, target.process, target.space, target.detect_until = None, process, SimpleNamespace(generation=0), 0
     target.detect(processes.agents, lambda session, pid: 0)
     processes.targets = {7: target}

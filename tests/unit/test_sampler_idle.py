@@ -13,8 +13,8 @@ from profiler.runtime import RECAPTURE, Capabilities
 from profiler.sampling.idle import IDLE_EPSILON_NS
 from profiler.sampling.sampler import Sampler
 from profiler.profile.session import Session, SessionMeta
-from profiler.sampling.target import Target, ThreadState
-from profiler.target.capture import ThreadRecord
+from profiler.sampling.sampled_process import SampledProcess, SampledThread
+from profiler.target.capture import SeizedThread
 
 
 @dataclass
@@ -44,7 +44,7 @@ def sampler(**config: object) -> Sampler:
 
 
 def test_thread_asleep_since_attach_is_left_alone_and_looked_at_once():
-    s, record, state = sampler(), Record(), ThreadState(index=0)
+    s, record, state = sampler(), Record(), SampledThread(index=0)
     assert all(s.idle.reuse(record, state) for _ in range(50))
     assert record.proc.state_reads == 1  # the first look; then its run time and switch count say "same"
     assert s.session.total_samples == 0  # no stack known, so nothing to count
@@ -52,7 +52,7 @@ def test_thread_asleep_since_attach_is_left_alone_and_looked_at_once():
 
 
 def test_thread_asleep_since_attach_is_stopped_once_it_runs():
-    s, record, state = sampler(), Record(), ThreadState(index=0)
+    s, record, state = sampler(), Record(), SampledThread(index=0)
     s.idle.reuse(record, state)
     record.proc.run_time += 10 * IDLE_EPSILON_NS
     record.proc.slices += 1
@@ -61,7 +61,7 @@ def test_thread_asleep_since_attach_is_stopped_once_it_runs():
 
 
 def test_thread_stopped_since_before_the_attach_is_stopped_once_for_its_stack():
-    s, record, state = sampler(), Record(ScriptedProc(letter="t")), ThreadState(index=0)
+    s, record, state = sampler(), Record(ScriptedProc(letter="t")), SampledThread(index=0)
     assert s.idle.reuse(record, state) is False  # no stack yet: nothing runs that a stop could disturb
     state.last_stack, state.last_class = 3, SampleClass.IDLE  # what recording that stop leaves
     state.last_run_time, state.last_slices = record.proc.run_time, record.proc.slices
@@ -72,13 +72,13 @@ def test_thread_stopped_since_before_the_attach_is_stopped_once_for_its_stack():
 
 
 def test_sleeping_threads_are_stopped_with_interrupt_sleeping():
-    s, record, state = sampler(interrupt_sleeping=True), Record(), ThreadState(index=0)
+    s, record, state = sampler(interrupt_sleeping=True), Record(), SampledThread(index=0)
     assert s.idle.reuse(record, state) is False  # never sampled: its stack is wanted, asleep or not
 
 
 @dataclass
 class SettlingTarget:
-    """Stands in for a Target: only its agent's ``settle``, answering from a script per thread."""
+    """Stands in for a SampledProcess: only its agent's ``settle``, answering from a script per thread."""
 
     answers: dict[int, object]
 
@@ -164,12 +164,12 @@ def test_a_sleeper_sampled_before_its_runtime_was_found_is_stopped_again_with_id
     runtime frames: with --idle it is stopped again once the agent is there, rather than counted with
     that stack for as long as it sleeps. (The first 46 of 200 threads of a 3.12 program that started them
     at once lacked their Python frames in every sample of a 3 s recording.)"""
-    s, proc, state = sampler(interrupt_sleeping=True), ScriptedProc(), ThreadState(index=0)
+    s, proc, state = sampler(interrupt_sleeping=True), ScriptedProc(), SampledThread(index=0)
     state.last_stack, state.last_class = 3, SampleClass.BLOCKED
     state.last_run_time, state.last_slices = proc.run_time, proc.slices  # as of its one stop, native only
-    record = ThreadRecord(1, 2, 1, "worker", proc=proc, user=state)  # type: ignore[arg-type]
+    record = SeizedThread(1, 2, 1, "worker", proc=proc, user=state)  # type: ignore[arg-type]
     assert s.idle.reuse(record, state), "asleep since its stop: the same stack, counted again"
-    target = Target(SimpleNamespace(pid=1), SimpleNamespace(), SamplerConfig())  # type: ignore[arg-type]
+    target = SampledProcess(SimpleNamespace(pid=1), SimpleNamespace(), SamplerConfig())  # type: ignore[arg-type]
     target.records = [record]
     runtime = SimpleNamespace(name="cpython", detect=lambda process: SimpleNamespace())
     assert target.detect([runtime], lambda session, pid: 0)  # type: ignore[list-item]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from profiler.config import SamplerConfig
 from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.stacks import StackRecorder
-from profiler.target.capture import ThreadRecord
+from profiler.target.capture import SeizedThread
 from profiler.target.maps import Mapping, MappingIndex
 from profiler.target.procfs import ThreadProc
 from profiler.unwind.stack import StackWindow
@@ -50,7 +50,7 @@ def test_a_thread_s_own_stack_follows_it_as_it_grows_down():
     """The main thread's [stack] grows down: a deeper rsp is still on the thread's own stack, so its stops
     do not copy the top of it a second time (373 of 643 stops of a recursing program did, before)."""
     recorder = StackRecorder(Session(SessionMeta(pid=1, command=["prog"])), SamplerConfig())
-    record = ThreadRecord(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
+    record = SeizedThread(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
     target = SimpleNamespace(process=_Process([Mapping(0x7000, 0x9000, "rw-p", 0, 0, "[stack]")]))
     recorder._track_stack_mapping(target, record, 0x8000)  # type: ignore[arg-type]
     assert (record.home_lo, record.home_hi) == (0x7000, 0x9000)
@@ -81,10 +81,10 @@ def test_a_stack_unmapped_once_its_thread_exited_is_no_error():
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/self/task/{worker.native_id}") and time.monotonic() < deadline:
         time.sleep(0.001)
-    exited = ThreadRecord(os.getpid(), worker.native_id, 1, "worker", proc=proc)
+    exited = SeizedThread(os.getpid(), worker.native_id, 1, "worker", proc=proc)
     recorder._track_stack_mapping(target, exited, 0x5000)  # type: ignore[arg-type]
     assert session.counters == {"stack_unmapped_after_exit": 1}
-    living = ThreadRecord(os.getpid(), threading.get_native_id(), 1, "main",
+    living = SeizedThread(os.getpid(), threading.get_native_id(), 1, "main",
                           proc=ThreadProc(os.getpid(), threading.get_native_id()))  # fmt: skip
     recorder._track_stack_mapping(target, living, 0x5000)  # type: ignore[arg-type]
     assert session.counters == {"stack_unmapped_after_exit": 1, "stack_outside_mappings": 1}
@@ -93,15 +93,15 @@ def test_a_stack_unmapped_once_its_thread_exited_is_no_error():
 
 
 def test_a_window_doubles_from_the_first_up_to_the_cap():
-    record = ThreadRecord(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
+    record = SeizedThread(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
     grown = []
     while record.widen(64 << 10, 1 << 20):
         grown.append(record.stack_window >> 10)
     assert grown == [128, 256, 512, 1024], "four samples cut short from 64 KiB to 1 MiB"
     assert not record.widen(64 << 10, 1 << 20) and record.stack_window == 1 << 20
-    odd = ThreadRecord(1, 2, 1, "odd", proc=None)  # type: ignore[arg-type]
+    odd = SeizedThread(1, 2, 1, "odd", proc=None)  # type: ignore[arg-type]
     assert odd.widen(48 << 10, 64 << 10) and odd.stack_window == 64 << 10, "the last step stops at the cap"
-    fixed = ThreadRecord(1, 3, 1, "fixed", proc=None)  # type: ignore[arg-type]
+    fixed = SeizedThread(1, 3, 1, "fixed", proc=None)  # type: ignore[arg-type]
     assert not fixed.widen(64 << 10, 64 << 10) and fixed.stack_window == 0, "first == cap: a fixed window"
 
 
@@ -110,7 +110,7 @@ def test_a_walk_cut_by_the_window_widens_its_thread_s_window_and_one_cut_at_the_
     takes twice as much; once that is the cap, the walk is counted for the end-of-recording notice."""
     session = Session(SessionMeta(pid=1, command=["prog"]))
     recorder = StackRecorder(session, SamplerConfig(stack_bytes=4096, max_stack_bytes=16384))
-    record = ThreadRecord(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
+    record = SeizedThread(1, 1, 1, "main", proc=None)  # type: ignore[arg-type]
     for _ in range(4):
         recorder._widen(record)
     assert record.stack_window == 16384

@@ -31,7 +31,7 @@ from profiler.symbolize.dwarf_forms import parse_abbrevs
 from profiler.symbolize.dwarf_sections import DebugSections
 from profiler.symbolize.dwarf_units import read_unit_header
 from profiler.symbolize.line_header import LineHeader
-from profiler.symbolize.line_table import LineTable
+from profiler.symbolize.line_table import DwarfLineTable
 from profiler.symbolize.symbolizer import _DwarfFrames
 from tests.unit.test_symbolize_dwarf import C_SOURCE, build, instructions
 
@@ -195,7 +195,7 @@ def test_line_state_machine_rows():
         + bytes([3, 20, 1])  # line 21, copy: row (0x100c, 21)
         + bytes([13 + 14, 1, 0, 1, 1])  # special: address +1; copy; end_sequence at 0x100d, after (0x100d, 21)
     )  # fmt: skip
-    table = LineTable(line_header(len(program)), program)
+    table = DwarfLineTable(line_header(len(program)), program)
     assert table.lookup(0x1000) == ("a.c", 10) and table.lookup(0x1007) == ("a.c", 10)
     assert table.lookup(0x100A) == table.lookup(0x100B) == ("a.c", 11)
     assert table.lookup(0x100C) == ("a.c", 21)  # the second sequence wins over the first one's end
@@ -213,7 +213,7 @@ def test_line_state_machine_rows():
 )
 def test_broken_line_programs_raise_binary_error(program):
     with pytest.raises(BinaryError):
-        LineTable(line_header(len(program)), program)
+        DwarfLineTable(line_header(len(program)), program)
 
 
 def test_compressed_section_with_a_lying_header(program, tmp_path):

@@ -5,7 +5,7 @@ frames and stop reason a walk from scratch gives, whatever changed in between: o
 Whether frames were taken over is seen from outside: taken-over frames are the previous walk's objects.
 
 Also here: walks that read only the saved registers some rule uses give the frames of walks that read them
-all (``kept.KEPT_FROM_START``), and a rule that uses one left out until then has the walk start over."""
+all (``registers_read.READ_FROM_START``), and a rule that uses one left out until then has the walk start over."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import random
 import pytest
 
 from profiler.model import DW_RBP, DW_RBX, DW_RSP, StopReason, UnwoundStack
-from profiler.unwind import kept, policy, reuse
+from profiler.unwind import registers_read, policy, reuse
 from profiler.unwind.policy import NativeUnwinder
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.address_space import ModuleEntry
@@ -245,12 +245,12 @@ def test_only_the_most_recently_walked_threads_keep_their_walk(monkeypatch) -> N
 
 
 def test_leaving_out_unused_saved_registers_never_changes_the_result(monkeypatch) -> None:
-    """Walks that read only the saved registers some rule uses (``kept.KEPT_FROM_START``, then what rules
+    """Walks that read only the saved registers some rule uses (``registers_read.READ_FROM_START``, then what rules
     met add) give the frames of walks that read every saved register, over the random changes above."""
     rng = random.Random(99)
     space = FakeSpace()
     unwinder = NativeUnwinder(space)  # type: ignore[arg-type]
-    monkeypatch.setattr(kept, "KEPT_FROM_START", kept.ALL_REGISTERS)
+    monkeypatch.setattr(registers_read, "READ_FROM_START", registers_read.ALL_REGISTERS)
     every = NativeUnwinder(space)  # type: ignore[arg-type]
     stack, start = mixed_stack(), STARTS[0]
     for _ in range(500):

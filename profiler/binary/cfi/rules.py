@@ -92,7 +92,7 @@ class UnwindRule(NamedTuple):
     cfa: CfaRule  #: the full CFA rule (GENERIC)
     registers: tuple[tuple[int, int, int | bytes], ...]  #: (register, kind, argument) (GENERIC)
     #: callee-saved registers this frame saved that the unwinder does not read (FAST): unknown in the
-    #: caller, as no rule met uses them (``unwind/kept.py``, ``KeptRegisters.admit``)
+    #: caller, as no rule met uses them (``unwind/registers_read.py``, ``RegistersRead.admit``)
     forgotten: tuple[int, ...] = ()
 
 
@@ -130,7 +130,7 @@ def registers_used(rule: UnwindRule) -> frozenset[int] | None:
     """The registers of the frame that ``rule`` reads to find the caller's (the CFA's base, registers its
     expressions read, registers copied), besides the words it reads at CFA + N; None if it may read any
     (an expression that cannot be decoded). The unwinder reads a saved register off the stack only once
-    a rule that uses it was met (``unwind/kept.py``)."""
+    a rule that uses it was met (``unwind/registers_read.py``)."""
     if rule.kind == FAST:
         return frozenset((rule.cfa_register,))
     if rule.kind == END:

@@ -6,7 +6,7 @@ thread is stopped again. That second stop used to walk the whole chain and decod
 (``CPythonSession.capture``): 200 us (median) in a recording of pytest on 3.11, where a snapshot's stop
 takes 14 us, and ~700 of them in 15 s, most of them meeting one to three code objects it had not met.
 
-A ``CodeAhead`` makes the second stop a snapshot too. After the first settle, with the thread running, it
+A ``CodePrefetch`` makes the second stop a snapshot too. After the first settle, with the thread running, it
 reads each new code object's header and strings once, trusting nothing in them: only to learn which ranges
 its decode reads (``CodeCache.strings_of``) and how long they are. The second stop copies those ranges
 again, in the same ``process_vm_readv`` as the plan's (``Snapshot.attach``), and so do the thread's next
@@ -34,7 +34,7 @@ from agents.cpython.memory import Read
 from agents.cpython.plan import build_plan
 from agents.cpython.scatter import Snapshot
 
-#: most code objects one ``CodeAhead`` is made for; a stack that meets more new ones at once has its next stop
+#: most code objects one ``CodePrefetch`` is made for; a stack that meets more new ones at once has its next stop
 #: walk in full instead, which decodes them with two scatter reads. Each costs ~4 reads here after resume
 #: (its header, name, file name and line table; ~4-5 us each, ``scatter.py``), and its ranges must fit one
 #: ``process_vm_readv`` (``plan.IOV_MAX``, 1024 iovecs: ~4 each, fewer where they coalesce)
@@ -70,7 +70,7 @@ class _Recorder:
         return data
 
 
-class CodeAhead:
+class CodePrefetch:
     """The code objects a thread's snapshot met and the cache could not name, and the ranges to copy for
     them in the thread's next stop."""
 
@@ -86,7 +86,7 @@ class CodeAhead:
         self.snap.fit(build_plan([], list(lengths.items())))
 
     @classmethod
-    def of(cls, cache: CodeCache, codes: list[int], kept: CodeAhead | None = None) -> CodeAhead | None:
+    def of(cls, cache: CodeCache, codes: list[int], kept: CodePrefetch | None = None) -> CodePrefetch | None:
         """After resume: for the code objects at ``codes`` that ``cache`` does not know under the identity
         their header shows now, the ranges a decode of each reads, as they read now; None if there is none
         (no live code object with readable strings is there now), or more than MAX_CODES to look at. The
@@ -130,7 +130,7 @@ class CodeAhead:
                 known += 1
         return known
 
-    def keep(self, cache: CodeCache) -> CodeAhead | None:
+    def keep(self, cache: CodeCache) -> CodePrefetch | None:
         """After resume, once a snapshot it was copied for settled: itself, for the thread's next stop to
         copy again, if it was made for code objects still not decoded (that walk did not meet them: their
         functions had returned) and not yet copied in KEEP_STOPS stops; else None. Their ranges are

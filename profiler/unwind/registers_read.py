@@ -4,8 +4,8 @@ A CFI step restores every callee-saved register its frame saved, but the rules c
 on rsp or rbp only, so the values of rbx and r12-r15 restored are never read again by a step. Reading
 them costs each frame a few words (libpython's eval loop saves all six), and the walk log of
 ``reuse.py`` checks every word read, so a walk keeps rsp, the return address and rbp from the start
-(``KEPT_FROM_START``) and adds a register only when a rule that uses it is met: then the walk in
-progress, which may have left it out of its callers, is abandoned and started over (``KeptGrew``).
+(``READ_FROM_START``) and adds a register only when a rule that uses it is met: then the walk in
+progress, which may have left it out of its callers, is abandoned and started over (``RegistersGrew``).
 
 A register left out becomes unknown (None) in the caller (``UnwindRule.forgotten``), never the callee's
 value, so a walk that needed it fails loudly rather than follows a wrong value. Since no step reads the
@@ -24,26 +24,26 @@ from profiler.unwind.reuse import WalkState
 #: the return address, and of the callee-saved ones only rbp, read off the stack where a frame saved it
 #: (frame-pointer steps and realigned frames' CFA expressions use it). Compilers save rbx and r12-r15 in
 #: most frames and base no CFA on them, and each word read costs a walk ~0.3 us
-KEPT_FROM_START = frozenset({DW_RSP, DW_RA, DW_RBP})
+READ_FROM_START = frozenset({DW_RSP, DW_RA, DW_RBP})
 #: every register, for a rule whose expression could not be decoded
 ALL_REGISTERS = frozenset(range(NUM_DWARF_REGS))
 
 
-class KeptGrew(Exception):
-    """A rule or a frame met in a walk uses a register the walk did not keep (``KeptRegisters.keep``): the
+class RegistersGrew(Exception):
+    """A rule or a frame met in a walk uses a register the walk did not keep (``RegistersRead.keep``): the
     walk must start over, with every rule admitted so far admitted again."""
 
 
-class KeptRegisters:
+class RegistersRead:
     """The registers one process's walks read where frames saved them; grows, never shrinks."""
 
     def __init__(self) -> None:
-        self.registers: frozenset[int] = KEPT_FROM_START
+        self.registers: frozenset[int] = READ_FROM_START
 
     def admit(self, rule: UnwindRule | None) -> UnwindRule | None:
         """``rule`` as the walks keep it: its ``saved`` registers cut to those kept, the others
         ``forgotten`` (unknown in the caller). The kept registers grow by those ``rule`` uses, which
-        raises ``KeptGrew``."""
+        raises ``RegistersGrew``."""
         if rule is None:
             return None
         used = registers_used(rule)
@@ -58,11 +58,11 @@ class KeptRegisters:
 
     def keep(self, registers: frozenset[int]) -> None:
         """Read ``registers`` where frames saved them from now on. The walk in progress, which may have left
-        them out of its callers' registers, is abandoned (``KeptGrew``) for the unwinder to start over."""
+        them out of its callers' registers, is abandoned (``RegistersGrew``) for the unwinder to start over."""
         grown = self.registers | registers
         if grown != self.registers:
             self.registers = grown
-            raise KeptGrew
+            raise RegistersGrew
 
     def same_state(self, a: WalkState, b: WalkState) -> bool:
         """Whether iterations starting at ``a`` and ``b`` (at the same stack pointer) walk alike over the same

@@ -12,7 +12,7 @@ from profiler.model import NativeFrame, SampleClass, StopReason
 from profiler.runtime import Agent, AgentSession, Capabilities
 from profiler.sampling.dormancy import Dormancy
 from profiler.profile.memo import FrameMemo
-from profiler.target.capture import ThreadRecord
+from profiler.target.capture import SeizedThread
 from profiler.target.process import TargetProcess
 from profiler.unwind.address_space import AddressSpace
 from profiler.unwind.policy import NativeUnwinder
@@ -35,7 +35,7 @@ MAX_MEMO_FRAMES = 1 << 18
 
 
 @dataclass
-class ThreadState:
+class SampledThread:
     """The sampler's memory of one thread between ticks."""
 
     index: int  #: the session's thread index
@@ -80,7 +80,7 @@ class ThreadState:
         self.last_run_time = -1
 
 
-class Target:
+class SampledProcess:
     """One sampled process and its per-process machinery."""
 
     def __init__(self, process: TargetProcess, space: AddressSpace, config: SamplerConfig) -> None:
@@ -91,7 +91,7 @@ class Target:
         self.agent_index = -1
         #: the agent session's optional capabilities, checked once when it was found (``runtime.py``)
         self.caps = Capabilities()
-        self.records: list[ThreadRecord] | None = None  #: live threads as of the last discovery
+        self.records: list[SeizedThread] | None = None  #: live threads as of the last discovery
         #: sleeping threads vouched for by the process's CPU clock (made by the sampler for a process with
         #: ``dormancy.MIN_THREADS`` threads or more)
         self.dormancy: Dormancy | None = None

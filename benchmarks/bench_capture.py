@@ -139,8 +139,8 @@ def table(rows: list[dict]) -> str:
                 continue
             floor = {r["rep"]: r for r in rows
                      if (r["threads"], r["rate"], r["window"], r["sampler"]) == (*config, "floor")}  # fmt: skip
-            med = lambda k: statistics.median(r[k] for r in mine)  # noqa: E731
-            ratio = lambda k: statistics.median(  # noqa: E731
+            med = lambda k, mine=mine: statistics.median(r[k] for r in mine)  # noqa: E731
+            ratio = lambda k, mine=mine, floor=floor: statistics.median(  # noqa: E731
                 r[k] / floor[r["rep"]][k] for r in mine if floor[r["rep"]][k] > 0
             )
             # with 8 busy threads on 2 CPUs the target's gaps are mostly time slicing (module docstring), and

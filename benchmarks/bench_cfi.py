@@ -118,8 +118,8 @@ def pyelftools_per_fde(path: str, n: int = 300) -> float:
     with open(path, "rb") as f:
         sec = ELFFile(f).get_section_by_name(".eh_frame")
         data, addr = sec.data(), sec["sh_addr"]
-    from profiler.binary.elf import ElfFile
     from profiler.binary.cfi.locate import find_cfi_sources
+    from profiler.binary.elf import ElfFile
 
     offsets = find_cfi_sources(ElfFile(path))[0][0].fde_index.offsets.tolist()[:n]
     structs = DWARFStructs(little_endian=True, dwarf_format=32, address_size=8)

@@ -96,7 +96,7 @@ def table(rows: list[dict], names: list[str]) -> str:
     for name in names:
         mine = [r for r in rows if r["variant"] == name]
 
-        def med(key: str) -> float:
+        def med(key: str, mine: list = mine) -> float:
             return statistics.median(r[key] for r in mine)
 
         out.append(f"| {name} | {spread([r['slowdown'] for r in mine])} | "

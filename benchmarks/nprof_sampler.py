@@ -17,9 +17,9 @@ import profiler.cli  # noqa: F401  (first, as in the CLI: numpy's threads start 
 from benchmarks import sampler_cli
 from profiler.config import SamplerConfig, SamplingPriority
 from profiler.model import SampleClass
-from profiler.target import syscalls
-from profiler.sampling.sampler import Sampler
 from profiler.profile.session import Session, SessionMeta
+from profiler.sampling.sampler import Sampler
+from profiler.target import syscalls
 from profiler.target.capture import Capture
 
 

@@ -22,7 +22,6 @@ from typing import BinaryIO
 
 from profiler.errors import OutputError
 
-
 #: the output path that means standard output
 STDOUT = "-"
 #: what an output file is written from: its bytes, or its pieces in order (an exporter that makes a large

@@ -32,10 +32,11 @@ class CoRead(Protocol):
 
 class StopCopy(Protocol):
     """What an agent hands back from a stop: opaque to the engine, which keeps it with the thread's copy and
-    passes it back to the agent after resume. ``co_read``: None, or ranges for the tracer to copy with the
-    stack window (``CoRead``)."""
+    passes it back to the agent after resume (each agent method taking one narrows it to its own type).
+    ``co_read``: None, or ranges for the tracer to copy with the stack window (``CoRead``)."""
 
-    co_read: CoRead | None
+    @property
+    def co_read(self) -> CoRead | None: ...
 
 
 @runtime_checkable
@@ -114,7 +115,8 @@ class ActivationRecords(Protocol):
     (``sampling/anchoring.py``). ``anchors_complete``: ``is_anchor`` names every part of the eval loop, so a
     placement by address it disagrees with is counted."""
 
-    anchors_complete: bool
+    @property
+    def anchors_complete(self) -> bool: ...
 
     def activations(self, copy: StopCopy, stack: StackWindow) -> Sequence[int]: ...
 
@@ -157,7 +159,8 @@ class Reports(Protocol):
     """At the end of a recording: per-sample failures the agent counted, and what the user must be told, one
     line each; ``label``: the runtime as the user is told of it ("CPython 3.12 (libpython3.12.so.1.0)")."""
 
-    label: str
+    @property
+    def label(self) -> str: ...
 
     def counters(self) -> dict[str, int]: ...
 

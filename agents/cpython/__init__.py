@@ -21,7 +21,7 @@ class CPythonAgent:
 
     def __init__(self, objects: ObjectFileCache | None = None) -> None:
         self.objects = objects if objects is not None else ObjectFileCache()
-        self.last_reason = ""
+        self.last_reason: str | None = ""
 
     def detect(self, process: TargetProcess) -> CPythonSession | None:
         """A session if the process runs a supported CPython; None (with ``last_reason``) otherwise."""

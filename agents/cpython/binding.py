@@ -32,8 +32,8 @@ from agents.cpython.threads import (
     runs_under,
     walk_thread_states,
 )
-from profiler.target.procfs import list_threads, read_status
 from profiler.target.process import TargetProcess
+from profiler.target.procfs import list_threads, read_status
 
 if TYPE_CHECKING:
     from agents.cpython.session import SessionStats
@@ -80,11 +80,11 @@ class ThreadBindings:
             slot.tid = 0  # this walk found the state live under this key: whichever thread has it now
         self.orphaned = self._orphaned_states(threads)
         for tid, handle in list(self.adopted.items()):
-            info = self.orphaned.get(handle)
-            if info is None:
+            orphan = self.orphaned.get(handle)
+            if orphan is None:
                 del self.adopted[tid]
             elif tid not in slots:  # (a thread whose own state this walk found keeps it)
-                slots[tid] = self._slot_for(tid, info, info.native_thread_id)
+                slots[tid] = self._slot_for(tid, orphan, orphan.native_thread_id)
         if not threads.complete:
             # a torn walk (the lists changed under it): keep what it could not reach; a capture re-checks
             # every thread state's identity anyway, and the next walk comes soon

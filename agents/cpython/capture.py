@@ -276,7 +276,7 @@ class ChainCopier:
         off = reader.get(previous, self.cframe_size)
         if off < 0:
             return status
-        enclosing = reader.u64(off + self.cframe_offset)
+        enclosing = reader.u64(off + (self.cframe_offset or 0))  # (set: the layout has cframes)
         if not enclosing or enclosing in seen:
             return status  # the outermost eval loop, or a chain that reached the enclosing one's frames
         out.forget_frames()

@@ -69,8 +69,8 @@ class HeaderCheck:
             return False
         refcnts = self._refcnts.unpack_from(view)
         if self.split:  # (count, ob_overflow) pairs: every count set, every overflow 0
-            return 0 < min(refcnts[0::2]) and not any(refcnts[1::2])
-        return 0 < min(refcnts) and max(refcnts) < MAX_LIVE_REFCNT
+            return bool(0 < min(refcnts[0::2]) and not any(refcnts[1::2]))
+        return bool(0 < min(refcnts) and max(refcnts) < MAX_LIVE_REFCNT)
 
 
 @functools.lru_cache(maxsize=512)

@@ -19,8 +19,8 @@ from dataclasses import replace
 from agents.cpython.layout import (
     CodeLayout,
     DictFormat,
-    FrameStruct,
     FrameLayout,
+    FrameStruct,
     InstanceDict,
     InterpreterLayout,
     Layout,

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from agents.cpython.capture import StackCapture
 from agents.cpython.code import SHIM_KEY, UNKNOWN_KEY, CodeInfo
-from agents.cpython.layout import FrameStruct, FrameLayout
+from agents.cpython.layout import FrameLayout, FrameStruct
 from profiler.model import RuntimeFrame
 
 #: instruction indexes beyond this are garbage (the biggest real code objects have ~10**5 code units)

@@ -57,12 +57,12 @@ class LocalsReader:
             if head is None:
                 return None
             nlocals = i32(head, c.nlocals or 0)
-            names = self._tuple_strs(u64(head, c.varnames)) or []
-            if len(names) < nlocals:
+            varnames = self._tuple_strs(u64(head, c.varnames)) or []
+            if len(varnames) < nlocals:
                 return None
             cells = [*(self._tuple_strs(u64(head, c.cellvars or 0)) or []),
                      *(self._tuple_strs(u64(head, c.freevars or 0)) or [])]
-            return names[:nlocals] + cells, [False] * nlocals + [True] * len(cells)
+            return varnames[:nlocals] + cells, [False] * nlocals + [True] * len(cells)
         names_ptr = read_pointer(self.read, code + (c.localsplusnames or 0))
         kinds_ptr = read_pointer(self.read, code + (c.localspluskinds or 0))
         names = self._tuple_strs(names_ptr or 0)
@@ -107,7 +107,7 @@ class LocalsReader:
         """Locals of the captured frames at ``indexes`` (in ``capture.frames``), in that order (empty for
         shims and unreadable frames)."""
         shims = self.layout.frame.shim_owners
-        out = []
+        out: list[list[tuple[str, str]]] = []
         for i in indexes:
             frame_addr, code, _position, flags = capture.frames[i]
             if flags in shims or not code:

@@ -73,16 +73,20 @@ def read_pointer(read: Read, addr: int) -> int | None:
 
 
 def u64(data: bytes | memoryview, offset: int) -> int:
-    return _U64.unpack_from(data, offset)[0]
+    value: int = _U64.unpack_from(data, offset)[0]
+    return value
 
 
 def i64(data: bytes | memoryview, offset: int) -> int:
-    return _I64.unpack_from(data, offset)[0]
+    value: int = _I64.unpack_from(data, offset)[0]
+    return value
 
 
 def u32(data: bytes | memoryview, offset: int) -> int:
-    return struct.unpack_from("<I", data, offset)[0]
+    value: int = struct.unpack_from("<I", data, offset)[0]
+    return value
 
 
 def i32(data: bytes | memoryview, offset: int) -> int:
-    return struct.unpack_from("<i", data, offset)[0]
+    value: int = struct.unpack_from("<i", data, offset)[0]
+    return value

@@ -15,8 +15,8 @@ from dataclasses import replace
 from agents.cpython.layout import (
     CodeLayout,
     DictFormat,
-    FrameStruct,
     FrameLayout,
+    FrameStruct,
     InstanceDict,
     InterpreterLayout,
     Layout,

@@ -72,7 +72,7 @@ class ReadPlan:
         self._starts = [span[0] for span in spans]
         self._spans = spans
 
-    def copy(self, pid: int, local: ctypes.Array) -> int:
+    def copy(self, pid: int, local: ctypes.Array[ctypes.c_uint64]) -> int:
         """Copy every range with one ``process_vm_readv`` into the buffer whose address is ``local[0]``
         (``local`` is one iovec as a u64 pair); returns how many ranges were copied completely (the kernel
         stops at the first remote iovec that faults)."""
@@ -120,15 +120,17 @@ class FixedRanges:
     def __init__(self, addrs: list[int], size: int) -> None:
         self.size = size
         self.total = size * len(addrs)  #: bytes copied in all; range i lands at ``i * size``
-        self._batches: list[tuple[ctypes.Array, int]] = []  #: (remote iovecs as u64 pairs, their count)
+        #: (remote iovecs as u64 pairs, their count)
+        self._batches: list[tuple[ctypes.Array[ctypes.c_uint64], int]] = []
         for first in range(0, len(addrs), IOV_MAX):
             batch = addrs[first : first + IOV_MAX]
             remote = (ctypes.c_uint64 * (2 * len(batch)))()
-            remote[0::2] = batch
+            # (a c_uint64 array takes ints, which typeshed's list invariance does not see)
+            remote[0::2] = batch  # type: ignore[assignment]
             remote[1::2] = [size] * len(batch)
             self._batches.append((remote, len(batch)))
 
-    def copy(self, pid: int, local: ctypes.Array, base: int) -> bool:
+    def copy(self, pid: int, local: ctypes.Array[ctypes.c_uint64], base: int) -> bool:
         """Copy every range to ``base`` on, one ``process_vm_readv`` per batch (``local``: one iovec as a u64
         pair); False unless every range was copied whole."""
         for remote, count in self._batches:

@@ -104,12 +104,13 @@ class Snapshot:
             self.extra = extra = None  # too many for one read (or this plan grew past it since ``attach``)
         count = plan.count + (extra.plan.count if extra is not None else 0)
         remote = (ctypes.c_uint64 * (2 + 2 * count))()
-        remote[2 : 2 + 2 * plan.count] = plan.remote[: 2 * plan.count]
+        # (a c_uint64 array takes ints, which typeshed's list invariance does not see)
+        remote[2 : 2 + 2 * plan.count] = plan.remote[: 2 * plan.count]  # type: ignore[assignment]
         pair = self._pair
         pair[2] = self.base
         pair[3] = plan.total
         if extra is not None:
-            remote[2 + 2 * plan.count :] = extra.plan.remote[: 2 * extra.plan.count]
+            remote[2 + 2 * plan.count :] = extra.plan.remote[: 2 * extra.plan.count]  # type: ignore[assignment]
             pair[4] = extra.base
             pair[5] = extra.plan.total
         self._remote = remote
@@ -126,7 +127,7 @@ class Snapshot:
         remote[0] = addr
         remote[1] = pair[1] = size
         pair[0] = dest
-        n = process_vm_readv(tid, pair, self._locals, remote, self._remotes, 0)
+        n: int = process_vm_readv(tid, pair, self._locals, remote, self._remotes, 0)
         if n < 0:
             self.done = 0
             if extra is not None:
@@ -222,7 +223,8 @@ class ScatterReader:
         return plan.remote[2 * i], plan.remote[2 * i + 1]
 
     def u64(self, offset: int) -> int:
-        return _U64.unpack_from(self.view, offset)[0]
+        value: int = _U64.unpack_from(self.view, offset)[0]
+        return value
 
     def get(self, addr: int, size: int) -> int:
         """Buffer offset of ``size`` bytes copied from ``addr`` during this stop, or -1 if unreadable."""

@@ -31,8 +31,8 @@ from agents.cpython.anchors import InterpreterFunctions, is_call_glue, is_corout
 from agents.cpython.binding import ThreadBindings
 from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, StackCapture
 from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
-from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.code_check import HeaderCheck
+from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
@@ -42,7 +42,7 @@ from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadingNames
 from agents.cpython.threads import innermost_frame
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
-from profiler.runtime import RECAPTURE
+from profiler.runtime import RECAPTURE, StopCopy
 from profiler.target.process import TargetProcess
 from profiler.unwind.stack import StackWindow
 
@@ -173,7 +173,7 @@ class CPythonSession:
             unmapped.key = key
             return unmapped
         out = self._copy(slot, tid)
-        if self._maybe_anothers(out):
+        if self._maybe_anothers(out) and key is not None:
             fresh = bindings.find_new(key, tid)
             if fresh is not None:
                 out = self._copy(fresh, tid)
@@ -228,7 +228,7 @@ class CPythonSession:
             ahead.take(tid)  # (attached, the tracer's read copies it with the plan, and sets its ``done``)
         return slot
 
-    def settle(self, data: object) -> object:
+    def settle(self, data: StopCopy) -> StopCopy | None:
         """After resume: what ``capture`` would have returned in the stop of a ``snapshot``, worked out from
         its bytes alone; ``RECAPTURE`` when they do not hold everything. A capture made in the stop comes
         back unchanged, unless it found the thread entering an eval loop (``TRUNCATED_ENTERING``) or without a
@@ -355,9 +355,9 @@ class CPythonSession:
 
     # --- after resume ---------------------------------------------------------------------------------
 
-    def frames(self, capture: StackCapture | None) -> list[RuntimeFrame]:
+    def frames(self, capture: StopCopy | None) -> list[RuntimeFrame]:
         """Decode a capture: RuntimeFrames innermost first; a cut-short stack is counted in ``stats``."""
-        if capture is None or capture.status == CaptureStatus.UNMAPPED:
+        if not isinstance(capture, StackCapture) or capture.status == CaptureStatus.UNMAPPED:
             return []  # (unmapped: counted in the stop)
         if capture.tid == self.bindings.main_tid:
             self._main_mapped = True  # noted here, after resume, rather than in the stop
@@ -399,17 +399,17 @@ class CPythonSession:
         capture.decoded = (frames, sources)
         return frames
 
-    def activations(self, capture: StackCapture | None, stack: StackWindow) -> list[int]:
+    def activations(self, capture: StopCopy | None, stack: StackWindow) -> list[int]:
         """After ``frames(capture)``, which it takes the frames of: per group of those frames (innermost
         first, as the merge groups them), the address on the C stack of the record its eval-loop activation
         keeps there, 0 where none is known (``marks.py``); empty before 3.11, where names alone place
         them."""
-        if capture is None or capture.decoded is None or not self._marks.known:
+        if not isinstance(capture, StackCapture) or capture.decoded is None or not self._marks.known:
             return []
         frames, sources = capture.decoded
         return self._marks.of(capture, frames, sources, stack)
 
-    def locals(self, capture: StackCapture | None) -> list[list[tuple[str, str]]]:
+    def locals(self, capture: StopCopy | None) -> list[list[tuple[str, str]]]:
         """(name, value text) of each Python frame's bound locals: one entry per frame of ``frames(capture)``
         that is Python code (shims left out), in that order, as a stack shows them. Indexed by the captured
         frames instead, every frame above a shim got the locals of the frame it called (3.12+: a Python
@@ -417,7 +417,7 @@ class CPythonSession:
 
         For ``nprof dump --locals``: it reads the frames' memory, so call it while the thread is still
         stopped (after ``capture``); each frame and value is bounded (``locals.py``, ``objects.py``)."""
-        if capture is None or capture.status == CaptureStatus.UNMAPPED:
+        if not isinstance(capture, StackCapture) or capture.status == CaptureStatus.UNMAPPED:
             return []
         if self._locals is None:
             self._locals = LocalsReader(self.process.read, self.layout, self.interpreter.types)
@@ -453,9 +453,9 @@ class CPythonSession:
         name = self.python_thread_names(since=alive_since).get(ident)
         return name if name is not None else self.python_thread_names(NAMES_MISSING_AGE, alive_since).get(ident)
 
-    def holds_gil(self, capture: StackCapture | None) -> bool | None:
+    def holds_gil(self, capture: StopCopy | None) -> bool | None:
         """Whether the thread held the GIL at its stop; None if unknown (no thread state, unreadable)."""
-        return None if capture is None else capture.holds_gil
+        return capture.holds_gil if isinstance(capture, StackCapture) else None
 
     def describe(self, frame: RuntimeFrame) -> FrameInfo:
         """Name (qualname on 3.11+), file and line of a frame, from the code cache (no target reads)."""

@@ -7,8 +7,8 @@ objects (``code_prefetch.py``) or walk in full.
 from __future__ import annotations
 
 from agents.cpython.capture import Wanted
-from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.code_check import HeaderCheck
+from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.plan import SHRINK_AFTER, ReadPlan, build_plan, next_ranges, served_ranges
 from agents.cpython.scatter import Snapshot
 from agents.cpython.threads import ThreadStateInfo

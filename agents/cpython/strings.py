@@ -73,9 +73,10 @@ def read_str(
     if compact and offset + nbytes <= len(head):
         data = head[offset : offset + nbytes]
     else:
-        data = read_exact(read, start, nbytes) if nbytes else b""
-        if data is None:
+        found = read_exact(read, start, nbytes) if nbytes else b""
+        if found is None:
             return None
+        data = found
     text = decode_chars(data, kind)
     return text if count == length else text + "..."
 

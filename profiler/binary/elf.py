@@ -81,7 +81,7 @@ class ElfFile:
                 self.data: bytes | mmap.mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
             else:
                 self.data = data
-            self._elf = ELFFile(io.BytesIO(self.data) if isinstance(self.data, bytes) else self._file)
+            self._elf = ELFFile(io.BytesIO(self.data) if isinstance(self.data, bytes) else self._file)  # type: ignore[arg-type]
             self.elfclass: int = self._elf.elfclass
             self.sections: dict[str, SectionInfo] = {}
             self._section_names_by_index: list[str] = []
@@ -264,9 +264,10 @@ class ElfFile:
         return [(s.p_vaddr, s.p_vaddr + s.p_memsz) for s in self.load_segments if s.executable]
 
     def close(self) -> None:
-        if isinstance(getattr(self, "data", None), mmap.mmap):
+        data = getattr(self, "data", None)  # (not set when the file could not be opened)
+        if isinstance(data, mmap.mmap):
             try:
-                self.data.close()
+                data.close()
             except BufferError:
                 pass  # numpy views of the map are still alive; the map closes when they do
         if self._file is not None:

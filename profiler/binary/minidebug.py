@@ -16,7 +16,8 @@ import lzma
 
 from elftools.common.exceptions import ELFError
 
-from profiler.binary.elf import BinaryError, ElfFile
+from profiler.binary.elf import ElfFile
+from profiler.errors import BinaryError
 
 #: the section (GDB manual, "MiniDebugInfo")
 SECTION = ".gnu_debugdata"

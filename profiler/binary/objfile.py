@@ -246,8 +246,9 @@ class ObjectFile:
         span = (hit[1], hit[2], 0) if hit is not None else self._plt_stub(svma)
         if span is not None:
             start, end, pushed = span
-            layout = self._layouts.get(start, False)
-            if layout is False:
+            if start in self._layouts:
+                layout = self._layouts[start]
+            else:
                 layout = None
                 if end - start <= MAX_SWEEP_BYTES:
                     code = self.elf.read_svma(start, end - start)

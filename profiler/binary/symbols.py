@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from profiler.binary.elf import ElfFile
@@ -99,7 +101,7 @@ class SymbolTable:
     def _name_at(self, offset: int) -> str:
         return c_string(self._strtab, offset)
 
-    def lookup_many(self, svmas: np.ndarray) -> list[tuple[str, int, int] | None]:
+    def lookup_many(self, svmas: Sequence[int] | np.ndarray) -> list[tuple[str, int, int] | None]:
         """For each address: (name, function start, function end), or None if no function covers it."""
         q = np.asarray(svmas, dtype=np.uint64)
         idx = np.searchsorted(self.addrs, q, side="right").astype(np.int64) - 1
@@ -162,7 +164,8 @@ def _code_labels(syms: np.ndarray, kind: np.ndarray, executable: np.ndarray | No
     shndx = np.minimum(syms["st_shndx"].astype(np.int64), len(executable) - 1)
     chosen = (kind == STT_NOTYPE) & (syms["st_shndx"] != SHN_UNDEF) & (syms["st_value"] != 0) & executable[shndx]
     labels = syms[chosen]
-    return labels[np.argsort(labels["st_value"], kind="stable")]
+    ordered: np.ndarray = labels[np.argsort(labels["st_value"], kind="stable")]
+    return ordered
 
 
 def _next_boundary(

@@ -24,10 +24,10 @@ from profiler.binary.objfile import ObjectFileCache
 from profiler.cli.record import check_stack_bytes, process_of_pid
 from profiler.config import SamplerConfig
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
-from profiler.runtime import Agent
-from profiler.sampling.sampler import Sampler
 from profiler.profile.session import Session, SessionMeta
+from profiler.runtime import Agent
 from profiler.sampling.frame_names import name_frames
+from profiler.sampling.sampler import Sampler
 from profiler.target import procfs, syscalls
 from profiler.target.capture import Capture, SeizedThread
 from profiler.target.tracing_thread import TracingThread

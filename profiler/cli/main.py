@@ -14,9 +14,9 @@ import traceback
 from collections.abc import Sequence
 
 from profiler import __version__
+from profiler.binary.objfile import ObjectFileCache
 from profiler.cli import dump, record, report
 from profiler.errors import NprofError
-from profiler.binary.objfile import ObjectFileCache
 from profiler.runtime import Agent
 
 
@@ -25,7 +25,8 @@ def default_agents(objects: ObjectFileCache) -> list[Agent]:
     the engine's parsed ELF files."""
     from agents.cpython import CPythonAgent
 
-    return [CPythonAgent(objects)]
+    agents: list[Agent] = [CPythonAgent(objects)]
+    return agents
 
 
 def build_parser() -> argparse.ArgumentParser:

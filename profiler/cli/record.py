@@ -31,11 +31,11 @@ from profiler.config import (
 from profiler.errors import OutputError, UsageError
 from profiler.export.base import Exporter, infer_format, write
 from profiler.export.session import SessionExporter
+from profiler.profile.session import Session, SessionMeta
 from profiler.runtime import Agent
 from profiler.sampling import niceness, priority
-from profiler.sampling.sampler import EndReason, Sampler
-from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.frame_names import name_frames
+from profiler.sampling.sampler import EndReason, Sampler
 from profiler.target import procfs
 from profiler.target.launch import LaunchedCommand
 from profiler.target.tracing_thread import TracingThread
@@ -233,7 +233,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
                 if child is not None:
                     tracing.call(child.give_up)
                 if stop() and not isinstance(e, KeyboardInterrupt):
-                    raise SetupInterrupted(stop.signal) from e  # the signal is why (a command it killed pre-exec)
+                    # the signal is why (a command it killed before its exec)
+                    raise SetupInterrupted(stop.signal or signal.SIGINT) from e
                 raise
             print(f"nprof: recording pid {pid} ({command_line(session.meta.command, 80)}) at {config.rate:g} Hz; "
                   "Ctrl-C to stop", file=sys.stderr)  # fmt: skip

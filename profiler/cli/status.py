@@ -7,8 +7,8 @@ import time
 from typing import TextIO
 
 from profiler.config import ExportConfig
-from profiler.sampling.sampler import Sampler, Tick
 from profiler.profile.session import Session
+from profiler.sampling.sampler import Sampler, Tick
 from profiler.tree.totals import function_totals
 
 #: least time between two redraws of the status line

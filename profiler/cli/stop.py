@@ -8,6 +8,8 @@ import signal
 import sys
 from collections.abc import Callable
 
+from profiler.target.alarm import SignalHandler
+
 
 class StopFlag:
     """SIGINT and SIGTERM end the recording at the next safe point instead of raising mid-capture, and what
@@ -38,7 +40,7 @@ class StopFlag:
     def __init__(self) -> None:
         self.signal: int | None = None
         self.count = 0
-        self._old: dict[int, object] = {}
+        self._old: dict[int, SignalHandler] = {}
         #: the signals that were ignored before the flag took them
         self.ignored: frozenset[int] = frozenset()
         #: called on every signal taken: ends the tracing thread's wait, so that it sees the flag at once

@@ -14,6 +14,8 @@ a function called on several paths appeared as scattered blocks.)
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from profiler import __version__
@@ -93,7 +95,7 @@ class SpeedscopeExporter(Exporter):
         #: stack id -> (sort key, frame indices): a stack several threads ran is expanded once
         rows_of: dict[int, tuple[list[int], list[int]]] = {}
         seconds_per_sample = _seconds_per_sample(session)
-        profiles = []
+        profiles: list[dict[str, Any]] = []
         processes = process_labels(session)
         for thread, per in stack_counts(session, config).items():
             new = [sid for sid in per if sid not in rows_of]

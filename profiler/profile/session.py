@@ -174,7 +174,7 @@ class Session:
         arrays.update({f"stacks_{k}": v for k, v in self.stacks.columns().items()})
         arrays.update({f"samples_{k}": v for k, v in self.sample_columns().items()})
         arrays["meta"] = np.frombuffer(orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS), dtype=np.uint8)
-        np.savez_compressed(f, **arrays)
+        np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # (numpy types every keyword as allow_pickle)
 
     @classmethod
     def load(cls, path: str) -> Session:

@@ -134,7 +134,7 @@ class StackTable:
         """Id of the stack whose frames, outermost first, are ``frame_ids``; -1 for the empty stack."""
         child = self._child
         if child is None:
-            child = self._child = self._index()  # type: ignore[assignment]
+            child = self._child = self._index()
         frame, children = self._frame, self._children
         sid = -1
         for fid in frame_ids:
@@ -147,7 +147,7 @@ class StackTable:
                 if only >= 0 and frame[only] == fid:
                     node = only
                 elif only == MANY_CHILDREN:
-                    node = children.get(sid << 32 | fid)  # type: ignore[assignment]
+                    node = children.get(sid << 32 | fid)
                     if node is None:
                         node = children[sid << 32 | fid] = self._add(sid, fid)
                 elif only == NO_CHILD:
@@ -161,8 +161,9 @@ class StackTable:
 
     def _add(self, parent: int, fid: int) -> int:
         node = len(self._parent)
-        self._parent.append(parent)
-        self._frame.append(fid)
+        # (arrays by now: ``intern`` made them of a loaded table's columns, ``_index``)
+        self._parent.append(parent)  # type: ignore[union-attr]
+        self._frame.append(fid)  # type: ignore[union-attr]
         self._child.append(NO_CHILD)  # type: ignore[union-attr]
         return node
 

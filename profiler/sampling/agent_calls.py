@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from profiler.runtime import RECAPTURE, StopCopy
 from profiler.profile.session import Session
+from profiler.runtime import RECAPTURE, StopCopy
 from profiler.sampling.sampled_process import SampledProcess
 from profiler.target import ptrace as pt
 from profiler.target.capture import AgentCapture, Capture, SeizedThread

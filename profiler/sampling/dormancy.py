@@ -99,7 +99,7 @@ class Dormancy:
         self._records: list[SeizedThread] | None = None  #: the list ``watched`` was made from
 
     def decide(
-        self, records: list[SeizedThread], check: Check, state_of: Callable[[SeizedThread], "SampledThread"],
+        self, records: list[SeizedThread], check: Check, state_of: Callable[[SeizedThread], SampledThread],
         due: list[SeizedThread],
     ) -> int:  # fmt: skip
         """One tick's idle checks for the process: the threads to stop go to ``due``; returns how many were

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
 from profiler.errors import NprofError
+from profiler.profile.session import Session
 from profiler.runtime import Agent, AgentSession
 from profiler.sampling.children import ChildWatcher, program_identity
-from profiler.profile.session import Session
 from profiler.sampling.sampled_process import SampledProcess
 from profiler.target.process import TargetProcess, shares_memory
 from profiler.target.procfs import children_of, exe_path, process_alive, thread_start_time

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from profiler.config import SamplerConfig
 from profiler.model import NativeFrame, SampleClass, StopReason
+from profiler.profile.memo import FrameMemo
 from profiler.runtime import Agent, AgentSession, Capabilities
 from profiler.sampling.dormancy import Dormancy
-from profiler.profile.memo import FrameMemo
 from profiler.target.capture import SeizedThread
 from profiler.target.process import TargetProcess
 from profiler.unwind.address_space import AddressSpace

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from profiler.binary.objfile import ObjectFileCache
 from profiler.config import SamplerConfig
+from profiler.profile.session import Session
 from profiler.runtime import Agent
 from profiler.sampling.agent_calls import AgentCalls
-from profiler.sampling.gc_freeze import SurvivorFreezer
 from profiler.sampling.dormancy import DORMANT_AFTER, MIN_THREADS, Dormancy
+from profiler.sampling.gc_freeze import SurvivorFreezer
 from profiler.sampling.idle import IdleCheck
 from profiler.sampling.notices import (
     depth_limit_shortfall,
@@ -36,9 +37,8 @@ from profiler.sampling.notices import (
 )
 from profiler.sampling.priority import SamplingPolicy
 from profiler.sampling.processes import SampledProcesses
-from profiler.profile.session import Session
-from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.sampled_process import SampledProcess, SampledThread
+from profiler.sampling.stacks import StackRecorder
 from profiler.sampling.thread_naming import ThreadNaming
 from profiler.sampling.timer import Timer
 from profiler.target.capture import AgentCapture, Capture, SeizedThread
@@ -326,7 +326,7 @@ class Sampler:
         return again
 
     def _state(self, record: SeizedThread) -> SampledThread:
-        state = record.user
+        state: SampledThread | None = record.user
         if state is None:
             index = self.session.thread_index(record.pid, record.tid, record.start_time, record.name)
             state = record.user = self.threads[record.key] = SampledThread(index, time.monotonic())
@@ -390,8 +390,8 @@ class Sampler:
         self.session.counters["ticks"] = self.ticks
         self.session.counters.update(self.priority.counters())
         if stats.held_ns:  # what the recording cost the target: how long nprof kept a thread stopped
-            self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5)
-            self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9)
+            self.session.counters["stop_held_median_ns"] = stats.held_quantile(0.5) or 0
+            self.session.counters["stop_held_p90_ns"] = stats.held_quantile(0.9) or 0
             # every stop, second ones included (an agent's snapshot that fell short): the target's whole cost
             self.session.counters["stops"] = stats.held_count
             self.session.counters["stop_held_total_ns"] = stats.held_total_ns

@@ -18,10 +18,10 @@ from profiler.model import (
     SyntheticFrame,
     UnwoundStack,
 )
+from profiler.profile.session import Session
 from profiler.runtime import ActivationRecords
 from profiler.sampling.anchoring import UNKNOWN, place
 from profiler.sampling.merge import MergeOutcome, merge
-from profiler.profile.session import Session
 from profiler.sampling.sampled_process import SampledProcess, SampledThread
 from profiler.target import syscalls
 from profiler.target.capture import Capture, SeizedThread

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from profiler.sampling.agent_calls import AgentCalls
 from profiler.profile.session import Session
+from profiler.sampling.agent_calls import AgentCalls
 from profiler.sampling.sampled_process import SampledProcess, SampledThread
 from profiler.target.capture import SeizedThread
 from profiler.target.procfs import read_comm

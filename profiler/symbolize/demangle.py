@@ -47,9 +47,10 @@ def demangle(name: str) -> str:
     else:
         base, dot, rest = name.partition(".")  # v0 and Itanium names contain no "."
         suffix = dot + rest
-        text = _demangle_v0_or_itanium(base)
-        if text is None:
+        demangled = _demangle_v0_or_itanium(base)
+        if demangled is None:
             return name
+        text = demangled
     if (legacy is not None or name.startswith("_R")) and _LLVM_SUFFIX.fullmatch(suffix):
         suffix = ""  # Rust only: rustc-demangle drops LLVM's LTO uniquifier
     return text + suffix
@@ -63,7 +64,8 @@ def _demangle_v0_or_itanium(base: str) -> str | None:
             return None
     if base.startswith("_Z") and cxxfilt is not None:
         try:
-            return cxxfilt.demangle(base)
+            demangled: str = cxxfilt.demangle(base)
+            return demangled
         except cxxfilt.InvalidName:
             return None
     return None

@@ -20,8 +20,17 @@ from dataclasses import dataclass
 from profiler.errors import BinaryError
 from profiler.symbolize import dwarf_forms as F
 from profiler.symbolize.dwarf_constants import (
-    DW_AT_addr_base, DW_AT_high_pc, DW_AT_low_pc, DW_AT_name, DW_AT_ranges, DW_AT_rnglists_base,
-    DW_AT_sibling, DW_AT_str_offsets_base, DW_TAG_class_type, DW_TAG_structure_type, DW_TAG_union_type,
+    DW_AT_addr_base,
+    DW_AT_high_pc,
+    DW_AT_low_pc,
+    DW_AT_name,
+    DW_AT_ranges,
+    DW_AT_rnglists_base,
+    DW_AT_sibling,
+    DW_AT_str_offsets_base,
+    DW_TAG_class_type,
+    DW_TAG_structure_type,
+    DW_TAG_union_type,
 )  # fmt: skip
 from profiler.symbolize.dwarf_reader import c_string, read_uleb
 from profiler.symbolize.dwarf_sections import DebugSections

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 
 from profiler.errors import BinaryError
 from profiler.symbolize.dwarf_constants import (
-    DW_UT_compile, DW_UT_skeleton, DW_UT_split_compile, DW_UT_split_type, DW_UT_type,
+    DW_UT_compile,
+    DW_UT_skeleton,
+    DW_UT_split_compile,
+    DW_UT_split_type,
+    DW_UT_type,
 )  # fmt: skip
 from profiler.symbolize.dwarf_forms import UnitFormat
 from profiler.symbolize.dwarf_reader import Cursor

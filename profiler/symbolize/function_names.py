@@ -23,9 +23,19 @@ from collections.abc import Callable
 
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf_constants import (
-    DW_AT_abstract_origin, DW_AT_language, DW_AT_linkage_name, DW_AT_MIPS_linkage_name, DW_AT_name,
-    DW_AT_specification, DW_LANG_CPLUSPLUS, DW_TAG_class_type, DW_TAG_interface_type, DW_TAG_namespace,
-    DW_TAG_structure_type, DW_TAG_subprogram, DW_TAG_union_type,
+    DW_LANG_CPLUSPLUS,
+    DW_AT_abstract_origin,
+    DW_AT_language,
+    DW_AT_linkage_name,
+    DW_AT_MIPS_linkage_name,
+    DW_AT_name,
+    DW_AT_specification,
+    DW_TAG_class_type,
+    DW_TAG_interface_type,
+    DW_TAG_namespace,
+    DW_TAG_structure_type,
+    DW_TAG_subprogram,
+    DW_TAG_union_type,
 )  # fmt: skip
 from profiler.symbolize.dwarf_dies import Die, UnitDies
 

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler.symbolize.dwarf_constants import (
-    DW_AT_call_file, DW_AT_call_line, DW_TAG_catch_block, DW_TAG_inlined_subroutine, DW_TAG_lexical_block,
+    DW_AT_call_file,
+    DW_AT_call_line,
+    DW_TAG_catch_block,
+    DW_TAG_inlined_subroutine,
+    DW_TAG_lexical_block,
     DW_TAG_try_block,
 )  # fmt: skip
 from profiler.symbolize.dwarf_dies import Die, UnitDies

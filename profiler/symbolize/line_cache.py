@@ -105,7 +105,7 @@ def _packed(stored: Arrays | None, new: dict[int, LineColumns]) -> Arrays:
         "program_ends": np.cumsum([len(programs[offset].addresses) for offset in order], dtype=np.int64),
     }
     for i, (name, dtype) in enumerate(_COLUMNS):
-        parts = [np.asarray(programs[offset][i], dtype=dtype) for offset in order]
+        parts: list[np.ndarray] = [np.asarray(programs[offset][i], dtype=dtype) for offset in order]
         arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     return arrays
 
@@ -121,7 +121,7 @@ def _well_formed(arrays: Arrays) -> bool:
     programs, ends = arrays["programs"], arrays["program_ends"]
     if len(lengths) != 1 or len(programs) != len(ends):
         return False
-    if len(programs) > 1 and np.any(programs[1:] <= programs[:-1]):
+    if len(programs) > 1 and np.any(np.diff(programs.astype(np.int64)) <= 0):
         return False
     rows = lengths.pop()
     if not len(ends):

@@ -119,7 +119,7 @@ def _entries_v5(cursor: Cursor, fmt: UnitFormat, form_text: FormText) -> list[tu
 
 def _strings_v4(cursor: Cursor) -> list[bytes]:
     """include_directories: strings up to an empty one (DWARF 4, section 6.2.4 item 11)."""
-    found = []
+    found: list[bytes] = []
     for _ in range(MAX_ENTRIES):
         text = cursor.cstr()
         if not text:
@@ -130,7 +130,7 @@ def _strings_v4(cursor: Cursor) -> list[bytes]:
 
 def _files_v4(cursor: Cursor) -> list[tuple[str, int]]:
     """file_names: (name, directory index, mtime, length) up to an empty name (item 12)."""
-    found = []
+    found: list[tuple[str, int]] = []
     for _ in range(MAX_ENTRIES):
         name = cursor.cstr()
         if not name:

@@ -23,12 +23,23 @@ from collections.abc import Mapping, Sequence
 from profiler.binary.objfile import ObjectFile
 from profiler.binary.plt import PLT_SUFFIX
 from profiler.errors import BinaryError
-from profiler.model import SYNTHETIC_LABELS, FrameInfo, FrameKind, Module, NativeFrame, RuntimeFrame, UnwindMethod
+from profiler.model import (
+    SYNTHETIC_LABELS,
+    FrameInfo,
+    FrameKind,
+    Module,
+    NativeFrame,
+    RuntimeFrame,
+    SyntheticFrame,
+    UnwindMethod,
+)  # fmt: skip
 from profiler.profile.tables import FrameKey
 from profiler.runtime import AgentSession, InterpreterGlue
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
+
+_SYNTHETIC = frozenset(int(kind) for kind in SyntheticFrame)
 
 #: seconds the DWARF line/inline resolution of one recording may take; frames not reached by then keep
 #: their symbol-table names (libpython's worst case, every function, measured 3.1 s here)
@@ -74,13 +85,14 @@ def symbolize(
     out: list[FrameInfo | None] = [None] * len(keys)
     inlined: dict[int, list[FrameInfo]] = {}
     by_module: dict[int, list[int]] = defaultdict(list)
-    for i, (kind, module, address, offset) in enumerate(keys):
+    for i, (kind, owner, address, offset) in enumerate(keys):  # (owner: a module's index, or an agent's)
         if kind == FrameKind.NATIVE:
-            by_module[module].append(i)
+            by_module[owner].append(i)
         elif kind == FrameKind.RUNTIME:
-            out[i] = _runtime_info(agent_names, agents, module, address, offset)
+            out[i] = _runtime_info(agent_names, agents, owner, address, offset)
         else:
-            out[i] = FrameInfo(SYNTHETIC_LABELS.get(address, f"[{address}]"))
+            label = SYNTHETIC_LABELS.get(SyntheticFrame(address)) if address in _SYNTHETIC else None
+            out[i] = FrameInfo(label or f"[{address}]")
     deadline = time.monotonic() + dwarf_budget
     notices: list[str] = []
     unnamed: dict[int, int] = {}
@@ -219,11 +231,11 @@ def _mark_interpreter_frames(
         if kind != FrameKind.NATIVE or info.interpreter:
             continue
         if info.name.endswith(PLT_SUFFIX):  # no function's range holds a stub: its target's name decides
-            glue = any(check(info.name.removesuffix(PLT_SUFFIX)) for check in by_name)
+            is_glue = any(check(info.name.removesuffix(PLT_SUFFIX)) for check in by_name)
         else:
             if not 0 <= mid < len(modules):
                 continue
             frame = NativeFrame(mid, rel, rel + modules[mid].bias, UnwindMethod.IP)
-            glue = any(check(frame) for check in checks)
-        if glue:
+            is_glue = any(check(frame) for check in checks)
+        if is_glue:
             infos[i] = dataclasses.replace(info, interpreter=True)

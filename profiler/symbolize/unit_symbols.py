@@ -13,8 +13,16 @@ from collections.abc import Callable
 
 from profiler.errors import BinaryError
 from profiler.symbolize.dwarf_constants import (
-    DW_AT_comp_dir, DW_AT_stmt_list, DW_TAG_class_type, DW_TAG_interface_type, DW_TAG_lexical_block,
-    DW_TAG_module, DW_TAG_namespace, DW_TAG_structure_type, DW_TAG_subprogram, DW_TAG_union_type,
+    DW_AT_comp_dir,
+    DW_AT_stmt_list,
+    DW_TAG_class_type,
+    DW_TAG_interface_type,
+    DW_TAG_lexical_block,
+    DW_TAG_module,
+    DW_TAG_namespace,
+    DW_TAG_structure_type,
+    DW_TAG_subprogram,
+    DW_TAG_union_type,
 )  # fmt: skip
 from profiler.symbolize.dwarf_dies import Die, UnitDies
 from profiler.symbolize.inline_tree import InlineTree

@@ -14,8 +14,14 @@ import signal
 import struct
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 from profiler.target.libc import libc
+
+#: what ``signal.signal`` takes and gives back (typeshed's private ``signal._HANDLER``)
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 CLOCK_MONOTONIC = 1  # linux/time.h
 SIGEV_THREAD_ID = 4  # asm-generic/siginfo.h
@@ -61,7 +67,7 @@ class ThreadAlarm:
 
     def __init__(self) -> None:
         #: the handler this alarm replaced, to put back at ``close``; None where it found one in place
-        self._old_handler: object = None
+        self._old_handler: SignalHandler = None
         if threading.current_thread() is threading.main_thread():
             self._old_handler = signal.signal(signal.SIGALRM, on_alarm)
             signal.siginterrupt(signal.SIGALRM, True)
@@ -73,7 +79,7 @@ class ThreadAlarm:
         event.sigev_signo = signal.SIGALRM
         event.sigev_notify = SIGEV_THREAD_ID
         event.sigev_notify_thread_id = threading.get_native_id()
-        self._timer = ctypes.c_void_p()
+        self._timer: ctypes.c_void_p | None = ctypes.c_void_p()
         if _timer_create(CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(self._timer)) != 0:
             err = ctypes.get_errno()
             if self._old_handler is not None:

@@ -131,7 +131,7 @@ class TracerStats:
     first_stop_polls_caught: int = 0  #: polls for a tick's first stop that saw it (``events.FirstStopSpin``)
     first_stop_polls_missed: int = 0  #: ... that gave up, the tracer sleeping for it then
     #: how long each thread was held: from nprof seeing its stop to resuming it (the last HELD_TIMES)
-    held_ns: array.array = field(default_factory=lambda: array.array("q"))
+    held_ns: array.array[int] = field(default_factory=lambda: array.array("q"))
     held_total_ns: int = 0
     held_count: int = 0  #: every hold noted, also those the ring no longer keeps
     #: ``Tracer.hold`` (``nprof dump``): how long the last one kept the process stopped, from its first

@@ -65,7 +65,7 @@ def shares_memory(pid: int, child: int) -> bool:
     ``posix_spawn`` make these), or a clone with CLONE_VM. Its memory, stack and runtime state are the
     parent's until it execs. False where kcmp cannot tell (a kernel without it: ENOSYS)."""
     args = (SYS_KCMP, pid, child, KCMP_VM, 0, 0)
-    return syscall(*(ctypes.c_long(a) for a in args)) == 0
+    return bool(syscall(*(ctypes.c_long(a) for a in args)) == 0)
 
 
 class TargetProcess:

@@ -88,9 +88,9 @@ def waiting(regs: user_regs_struct) -> bool:
     if nr == SYS_FUTEX:
         return regs.rsi & _INT_BITS & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) in _FUTEX_WAITS
     if nr == SYS_POLL:
-        return regs.rdx & _INT_BITS != 0  # the timeout in ms: 0 returns at once, negative waits for ever
+        return bool(regs.rdx & _INT_BITS)  # the timeout in ms: 0 returns at once, negative waits for ever
     if nr == SYS_EPOLL_WAIT or nr == SYS_EPOLL_PWAIT:
-        return regs.r10 & _INT_BITS != 0  # the same timeout, the fourth argument
+        return bool(regs.r10 & _INT_BITS)  # the same timeout, the fourth argument
     if nr == SYS_WAIT4:
         return not regs.rdx & WNOHANG
     if nr == SYS_WAITID:

@@ -18,8 +18,8 @@ from profiler.errors import NoSuchProcess, PermissionDenied, TargetError
 from profiler.target import ptrace as pt
 from profiler.target.capture import SeizedThread, TracerStats
 from profiler.target.permissions import diagnose_attach_failure
-from profiler.target.procfs import EXITED_STATES, ThreadProc, list_threads, read_comm, read_status, thread_start_time
 from profiler.target.process import TargetProcess
+from profiler.target.procfs import EXITED_STATES, ThreadProc, list_threads, read_comm, read_status, thread_start_time
 
 
 class SeizedThreads:

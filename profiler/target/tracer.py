@@ -29,6 +29,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 from profiler.target import procfs
 from profiler.target import ptrace as pt
+from profiler.target.capture import AgentCapture, Capture, SeizedThread, Slot, TracerStats
+from profiler.target.events import EventWait, FirstStopSpin, open_event_wait
+from profiler.target.orphans import FOLLOW_OPTIONS, Orphans
+from profiler.target.process import TargetProcess
 from profiler.target.ptrace import (
     FAILED,
     PTRACE_CONT,
@@ -37,10 +41,6 @@ from profiler.target.ptrace import (
     PTRACE_INTERRUPT,
     raw_ptrace,
 )
-from profiler.target.capture import AgentCapture, Capture, Slot, SeizedThread, TracerStats
-from profiler.target.events import EventWait, FirstStopSpin, open_event_wait
-from profiler.target.orphans import FOLLOW_OPTIONS, Orphans
-from profiler.target.process import TargetProcess
 from profiler.target.threads import SeizedThreads
 
 #: bytes below rsp copied with the stack window: the System V x86-64 ABI's red zone (section 3.2.2, "The
@@ -268,6 +268,7 @@ class Tracer:
         if not pending:
             return captures
         events = self._events
+        assert events is not None, "captures of threads seized, whose seizing opened the event wait"
         held = self._held
         slots = self._slots
         stats = self.stats
@@ -456,6 +457,8 @@ class Tracer:
         """Answer tracee events until monotonic time ``until``, or until a process stops in its exec (the
         caller maps it, then ``resume_exec``); False once nothing is traced any more."""
         events = self._events
+        if events is None:  # nothing was ever seized
+            return False
         while True:
             if time.monotonic() >= until or should_stop() or self.exec_stopped:
                 return True
@@ -531,6 +534,7 @@ class Tracer:
         deadline, stuck_by = start + timeout, start + min(timeout, self.stop_deadline)
         if waiting and self._events is None:
             self._events = open_event_wait()  # called again after a detach, or before any add_process
+        events = self._events
         try:
             while waiting:
                 now = time.monotonic()
@@ -540,7 +544,8 @@ class Tracer:
                     r is not None and r.proc.state() == procfs.DISK_SLEEP for r in waiting.values()
                 ):
                     break  # they stop when they wake, which may be never; the kernel detaches them at exit
-                tid, status, err = self._events.wait(stuck_by if now < stuck_by else deadline)
+                assert events is not None  # (opened above for the threads waited for)
+                tid, status, err = events.wait(stuck_by if now < stuck_by else deadline)
                 if tid < 0:
                     if err == errno.ECHILD:
                         break

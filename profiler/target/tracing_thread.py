@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from profiler.target.alarm import on_alarm
 from profiler.target.libc import syscall
@@ -86,7 +86,7 @@ class TracingThread:
         self._started = threading.Event()
         self._handlers = dict(handlers or {})
         self._old_handlers: dict[int, Any] = {}
-        self._old_mask: set[signal.Signals] | None = None
+        self._old_mask: set[int | signal.Signals] | None = None
 
     # --- the main thread's side ---------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class TracingThread:
         ok, value = box
         if not ok:
             raise value
-        return value
+        return cast(T, value)
 
     def wake(self) -> None:
         """End the tracing thread's current wait (it then looks at its stop flag). Safe from a signal handler,

@@ -108,7 +108,7 @@ def _leaf_labels(
     The others (ending in runtime frames, or in a frame hidden whole) are expanded (``_shown_at_end``)."""
     kinds = displays.session.frames.kinds()
     fids = frame[sids]
-    leaves = labels.last[fids]
+    leaves: np.ndarray = labels.last[fids]
     for i in np.nonzero((kinds[fids] == FrameKind.RUNTIME) | (leaves < 0))[0].tolist():
         shown = _shown_at_end(displays, int(sids[i]), parent, frame, kinds)
         leaves[i] = labels.ids[function_label(displays.infos[shown[-1]])] if shown else -1

@@ -27,8 +27,8 @@ from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.errors import BinaryError
 from profiler.model import Module
 from profiler.target.maps import Mapping
-from profiler.target.procfs import printable
 from profiler.target.process import TargetProcess
+from profiler.target.procfs import printable
 
 #: least time between two refreshes caused by pcs that may not be code (a frame-pointer walk can yield any
 #: value, and reading the maps costs: 0.8 ms for the 186 mappings of a Python that imported numpy)

@@ -37,7 +37,7 @@ from profiler.errors import BinaryError
 from profiler.model import DW_RA, DW_RSP, NUM_DWARF_REGS, StopReason
 from profiler.unwind.stack import StackWindow
 
-Registers = list  # list[int | None], indexed by DWARF register number
+Registers = list[int | None]  #: indexed by DWARF register number; None: not recovered
 
 def step_cfi(rule: UnwindRule, regs: Registers, window: StackWindow) -> Registers | StopReason:
     """The caller's registers, or why this frame cannot be unwound."""
@@ -80,15 +80,16 @@ def _step_generic(rule: UnwindRule, regs: Registers, window: StackWindow) -> Reg
             return StopReason.BAD_FRAME
         cfa = base + int(cfa_arg)
     elif cfa_kind == CFA_EXPRESSION:
-        cfa = evaluate(bytes(cfa_arg), regs, read)  # type: ignore[arg-type]
+        cfa = evaluate(bytes(cfa_arg), regs, read)
     else:
         return StopReason.BAD_FRAME
     caller: Registers = [None, None, None, regs[3], None, None, regs[6], cfa,
                          None, None, None, None, regs[12], regs[13], regs[14], regs[15], None]  # fmt: skip
     ra_at: int | None = None
+    # ``arg`` is an int for the offset and register kinds, the expression's bytes for the others (rules.py)
     for reg, kind, arg in rule.registers:
         if kind == OFFSET or kind == EXPRESSION:
-            addr = cfa + arg if kind == OFFSET else evaluate(arg, regs, read, (cfa,))  # type: ignore[operator]
+            addr = cfa + arg if kind == OFFSET else evaluate(arg, regs, read, (cfa,))  # type: ignore[operator, arg-type]
             caller[reg] = read(addr)
             if reg == DW_RA:
                 ra_at = addr
@@ -97,7 +98,7 @@ def _step_generic(rule: UnwindRule, regs: Registers, window: StackWindow) -> Reg
         elif kind == VAL_EXPRESSION:
             caller[reg] = evaluate(arg, regs, read, (cfa,))  # type: ignore[arg-type]
         elif kind == REGISTER:
-            caller[reg] = regs[arg] if 0 <= arg < NUM_DWARF_REGS else None  # type: ignore[operator]
+            caller[reg] = regs[arg] if 0 <= arg < NUM_DWARF_REGS else None  # type: ignore[operator, index]
         elif kind == SAME_VALUE:
             caller[reg] = regs[reg]
         elif kind == UNDEFINED:

@@ -29,11 +29,11 @@ Walks read only the saved registers some rule met uses (``profiler.unwind.regist
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from profiler.binary.cfi import UnwindRule
-from profiler.binary.objfile import ObjectFile
 from profiler.binary.cfi.rules import REGISTER
+from profiler.binary.objfile import ObjectFile
 from profiler.binary.prologue import FRAME_SET
 from profiler.model import (
     DW_RA,
@@ -110,7 +110,7 @@ class NativeUnwinder:
         self._logs: dict[Hashable, WalkLog] = {}
         self._kept = RegistersRead()  #: which registers are read where frames saved them
 
-    def unwind(self, regs: list[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
+    def unwind(self, regs: Sequence[int | None], window: StackWindow, thread: Hashable | None = None) -> UnwoundStack:
         """Frames innermost first from ``regs`` (DWARF order: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp,
         r8-r15, rip) and the stack copy. ``thread``: a key of the thread sampled; its walk takes over the
         outer frames of the thread's previous walk where they still hold (``reuse.py``), and is kept for its
@@ -178,9 +178,10 @@ class NativeUnwinder:
             if log is not None:
                 state = (regs, method, exact)
                 j = previous.find(sp) if previous is not None else None
-                if j is not None and self._take_over(log, previous, j, state, len(frames), window):  # type: ignore
-                    regs, method, exact = previous.log.states[-1]  # type: ignore[union-attr]
-                    pc, sp = regs[DW_RA], regs[DW_RSP]
+                if previous is not None and j is not None and self._take_over(log, previous, j, state, len(frames),
+                                                                              window):  # fmt: skip
+                    regs, method, exact = previous.log.states[-1]
+                    pc, sp = regs[DW_RA] or 0, regs[DW_RSP] or 0
                     previous = None
                 else:
                     log.note(state, sp)
@@ -219,15 +220,18 @@ class NativeUnwinder:
                 if caller in _LOST_STACK and not window.contains(sp) and _past_signal(frames):
                     # on another stack than the one copied: --stack-bytes would not help
                     return UnwoundStack(frames, StopReason.OTHER_STACK, sp, sps)
-                return UnwoundStack(frames, caller, 0, sps)  # type: ignore[arg-type]
-            pc, new_sp = caller[DW_RA], caller[DW_RSP]  # type: ignore[index]
+                return UnwoundStack(frames, caller, 0, sps)
+            # a register list: not a StopReason (checked by class, which mypy does not narrow on)
+            regs = caller  # type: ignore[assignment]
+            pc, new_sp = regs[DW_RA] or 0, regs[DW_RSP]
             if not pc or pc < MIN_PC:
                 return UnwoundStack(frames, StopReason.END_OF_STACK if not pc else StopReason.BAD_FRAME, 0, sps)
-            if new_sp is None or (new_sp <= sp and method is not _SIGNAL):
+            if new_sp is None:
+                return UnwoundStack(frames, StopReason.NO_PROGRESS, 0, sps)
+            if new_sp <= sp and method is not _SIGNAL:
                 if not (new_sp == sp and len(frames) == 1 and rule is not None and _ra_in_register(rule)):
                     return UnwoundStack(frames, StopReason.NO_PROGRESS, 0, sps)
             sp = new_sp
-            regs = caller  # type: ignore[assignment]
 
     def _take_over(
         self, log: WalkLog, previous: Previous, j: int, state: WalkState, depth: int, window: StackWindow

@@ -27,11 +27,11 @@ from __future__ import annotations
 from itertools import repeat
 from operator import add, itemgetter
 
-from profiler.model import NativeFrame
+from profiler.model import NativeFrame, UnwindMethod
 from profiler.unwind.stack import StackWindow
 
 #: (registers, method, exact): where one iteration of a walk starts (``policy.NativeUnwinder.unwind``)
-WalkState = tuple[list, object, bool]
+WalkState = tuple[list[int | None], UnwindMethod, bool]
 #: take-overs tried per walk: each that fails costs a pass over reads up to the first changed one, and one
 #: fails only when a word changed without changing the state after it (a stack scan passing over it)
 MAX_ATTEMPTS = 3
@@ -79,7 +79,7 @@ class LoggedWindow(StackWindow):
         value = self.words[off >> 3]  # type: ignore[index]
         self.offsets.append((addr - self.end) >> 3)
         self.values.append(value)
-        return value  # type: ignore[no-any-return]
+        return value
 
 
 def loggable(window: StackWindow) -> bool:

@@ -39,7 +39,8 @@ class StackWindow:
             return self.home.read(addr) if self.home is not None else None
         if self.words is not None and off & 7 == 0:
             return self.words[off >> 3]
-        return U64.unpack_from(self._bytes, off)[0]
+        value: int = U64.unpack_from(self._bytes, off)[0]
+        return value
 
     def contains(self, addr: int, size: int = 8) -> bool:
         if self.base <= addr and addr + size <= self.end:

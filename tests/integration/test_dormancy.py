@@ -13,10 +13,10 @@ import pytest
 
 from profiler.config import SamplerConfig, SamplingPriority
 from profiler.model import SampleClass
-from profiler.sampling.dormancy import MIN_THREADS
-from profiler.sampling.sampler import EndReason, Sampler
 from profiler.profile.session import Session, SessionMeta
+from profiler.sampling.dormancy import MIN_THREADS
 from profiler.sampling.frame_names import name_frames
+from profiler.sampling.sampler import EndReason, Sampler
 from profiler.target import threads as threads_module
 from tests.support.elf32 import write_i386_binary
 from tests.support.targets import assert_running_free, running_target

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from profiler.sampling.priority import NOT_PERMITTED
-from tests.support.targets import running_target, run_nprof
+from tests.support.targets import run_nprof, running_target
 from tests.targets.python.interpreters import TARGETS, pyenv_interpreter
 
 BUSY_US, SLEEP_US = 200, 800  #: the thread computes ~20% of the time (a little less: wake-up latency)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import lzma
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,11 +23,21 @@ from profiler.binary.objfile import ObjectFile
 from profiler.model import StopReason
 from profiler.profile.session import Session
 from profiler.symbolize.stripped import _package_of
-from tests.support.profiles import ThreadProfile, ends_with, read_speedscope, share
 from profiler.target import procfs
+from tests.support.profiles import ThreadProfile, ends_with, read_speedscope, share
 from tests.support.targets import (
-    FRAME_POINTERS, NO_FRAME_POINTERS, NOT_UTF8_NAME, assert_running_free, build_c, nprof_command, run_nprof,
-    run_nprof_without_map_files, running_target, stop, thread_states, wait_until,
+    FRAME_POINTERS,
+    NO_FRAME_POINTERS,
+    NOT_UTF8_NAME,
+    assert_running_free,
+    build_c,
+    nprof_command,
+    run_nprof,
+    run_nprof_without_map_files,
+    running_target,
+    stop,
+    thread_states,
+    wait_until,
 )  # fmt: skip
 
 DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack

@@ -25,10 +25,20 @@ from profiler.model import FrameKind, SampleClass
 from profiler.profile.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
 from tests.support.targets import (
-    NOT_UTF8_NAME, process_state, run_nprof, run_nprof_without_map_files, running_target, stop, wait_until,
+    NOT_UTF8_NAME,
+    process_state,
+    run_nprof,
+    run_nprof_without_map_files,
+    running_target,
+    stop,
+    wait_until,
 )  # fmt: skip
 from tests.targets.python.interpreters import (
-    TARGETS, Interpreter, debug_interpreter_params, interpreter_params, pyenv_interpreter,
+    TARGETS,
+    Interpreter,
+    debug_interpreter_params,
+    interpreter_params,
+    pyenv_interpreter,
 )  # fmt: skip
 
 INTERPRETERS = interpreter_params()
@@ -584,7 +594,7 @@ def test_threads(interp, tmp_path):
     for k in range(4):
         [cpu] = [p for name, p in profiles.items() if f"cpu-{k}" in name]
         chain = (f"worker_{k}", "worker", f"step_{k}", "spin")
-        exact, total = share(cpu.detailed, lambda s: ends_with(python_part(s, path), chain))
+        exact, total = share(cpu.detailed, lambda s, chain=chain: ends_with(python_part(s, path), chain))
         assert total > 0 and exact / total >= 0.95, f"cpu-{k}: {exact}/{total} samples in its chain"
     assert not [n for n in profiles if "sleep-" in n or "lock-" in n], "idle threads hidden by default"
     with_idle = {p.name: p for p in read_speedscope(idle_out)}
@@ -936,7 +946,7 @@ def test_a_thread_waiting_for_the_gil_before_its_first_frame_is_waiting_for_the_
     assert session.frame_info is not None
     names, kinds = [info.name for info in session.frame_info], session.frames.kinds()
     in_take_gil: Counter = Counter()
-    for (thread, sid, stop, cls), n in session.samples.items():
+    for (thread, sid, _stop, cls), n in session.samples.items():
         frames = session.stacks.frames(sid)
         if any(names[f] == "take_gil" for f in frames):
             runtime = any(kinds[f] == FrameKind.RUNTIME for f in frames)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from profiler.config import SamplerConfig, SamplingPriority
-from profiler.sampling.sampler import EndReason, Sampler
 from profiler.profile.session import Session, SessionMeta
+from profiler.sampling.sampler import EndReason, Sampler
 from tests.support.targets import assert_running_free, running_target
 
 DURATION = 0.4  #: seconds of recording asked for (-d)

@@ -11,7 +11,12 @@ from profiler.profile.session import Session
 from profiler.target.procfs import tracer_process
 from tests.support.profiles import ends_with, read_speedscope
 from tests.support.targets import (
-    assert_running_free, nprof_command, run_nprof, run_nprof_with, running_target, wait_until,
+    assert_running_free,
+    nprof_command,
+    run_nprof,
+    run_nprof_with,
+    running_target,
+    wait_until,
 )  # fmt: skip
 
 

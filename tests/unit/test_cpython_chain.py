@@ -26,8 +26,8 @@ from agents.cpython.marks import ActivationMarks
 from agents.cpython.offsets import TABLES
 from agents.cpython.plan import SHRINK_AFTER, build_plan
 from agents.cpython.scatter import PAGE_SIZE, ScatterReader
-from agents.cpython.slot import ThreadSlot
 from agents.cpython.session import CPythonSession, SessionStats
+from agents.cpython.slot import ThreadSlot
 from agents.cpython.threads import (
     NEW_STATES_SEARCHED,
     NEW_THREAD_SEARCHES,
@@ -840,7 +840,8 @@ def _one_thread_in_two_interpreters(target: FakeTarget, sub_runs: bool, main_run
 @pytest.mark.parametrize("target", LAYOUTS, indirect=True)
 @pytest.mark.parametrize(
     ("sub_runs", "main_runs", "chosen", "nested"),
-    [(False, True, "main", False), (True, True, "sub", True), (True, False, "sub", False), (False, False, "sub", False)],
+    [(False, True, "main", False), (True, True, "sub", True), (True, False, "sub", False),
+     (False, False, "sub", False)],  # fmt: skip
 )
 def test_a_thread_in_two_interpreters_maps_to_the_state_that_runs(target, sub_runs, main_runs, chosen, nested):
     """A subinterpreter's state stays bound to the thread that created it, its chain empty once its code

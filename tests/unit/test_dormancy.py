@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from profiler.model import SampleClass, StopReason
+from profiler.profile.session import Session, SessionMeta
 from profiler.sampling import dormancy as dormancy_module
 from profiler.sampling.dormancy import Dormancy
-from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.sampled_process import SampledThread
 from profiler.target.capture import SeizedThread
 

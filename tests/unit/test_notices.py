@@ -6,12 +6,17 @@ import threading
 from types import SimpleNamespace
 
 from profiler.model import FrameKind, Module, SampleClass, StopReason
+from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.notices import (
-    depth_limit_shortfall, no_unwind_info, other_stack_samples, rate_shortfall, signal_cost, stack_window_shortfall,
+    depth_limit_shortfall,
+    no_unwind_info,
+    other_stack_samples,
+    rate_shortfall,
+    signal_cost,
+    stack_window_shortfall,
     unstopped_threads,
 )  # fmt: skip
 from profiler.sampling.processes import SampledProcesses
-from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.sampled_process import SampledProcess
 from profiler.target.maps import Mapping, MappingIndex
 

@@ -15,6 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from agents.cpython.anchors import InterpreterFunctions, is_call_glue
 from profiler.binary.elf import ElfFile
 from profiler.binary.objfile import ObjectFile
 from profiler.binary.plt import load_plt_stubs
@@ -22,7 +23,6 @@ from profiler.binary.symbols import ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
 from profiler.model import FrameKind, Module, NativeFrame, SampleClass, StopReason
 from profiler.profile.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import _symbol_names, symbolize
-from agents.cpython.anchors import InterpreterFunctions, is_call_glue
 
 PYENV = os.environ.get("PYENV_ROOT", "/root/.pyenv")
 LIBRARIES = sorted(glob.glob(f"{PYENV}/versions/3.*/lib/libpython3.*.so.1.0")) + [

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 from profiler.config import SamplerConfig
 from profiler.model import SampleClass
+from profiler.profile.session import Session, SessionMeta
 from profiler.runtime import RECAPTURE, Capabilities
 from profiler.sampling.idle import IDLE_EPSILON_NS
-from profiler.sampling.sampler import Sampler
-from profiler.profile.session import Session, SessionMeta
 from profiler.sampling.sampled_process import SampledProcess, SampledThread
+from profiler.sampling.sampler import Sampler
 from profiler.target.capture import SeizedThread
 
 

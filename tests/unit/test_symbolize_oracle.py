@@ -183,7 +183,8 @@ def test_a_doubled_relative_directory_is_taken_once():
 
 def test_disagreement_rules():
     ref = [("main", "/a/x.c", 3), ("inner", "/a/x.h", 7)]
-    assert disagreement([FrameInfo("main", "/a/x.c", 3), FrameInfo("inner", "/a/x.h", 7, inlined=True)], ref, None) is None
+    inlined = FrameInfo("inner", "/a/x.h", 7, inlined=True)
+    assert disagreement([FrameInfo("main", "/a/x.c", 3), inlined], ref, None) is None
     assert disagreement([FrameInfo("main", "/a/x.c", 4)], ref[:1], None) is not None
     assert disagreement([], [("memcpy", None, None)], None) is None
     second = [("main", "/a/y.c", 3)]

@@ -75,7 +75,8 @@ FIXTURES = {
     "_RNqCs4fqI2P2rA04_11utf8_identsu30____7hkackfecea1cbdathfdh9hlq6y": "utf8_idents::საჭმელად_გემრიელი_სადილი",
     "_RNCNCNgCs6DXkGYLi8lr_2cc5spawn00B5_": "cc::spawn::{closure#0}::{closure#0}",
     "_RNCINkXs25_NgCsbmNqQUJIY6D_4core5sliceINyB9_4IterhENuNgNoBb_4iter8iterator8Iterator9rpositionNCNgNpB9_6memchr7memrchrs_0E0Bb_":
-        "<core::slice::Iter<u8> as core::iter::iterator::Iterator>::rposition::<core::slice::memchr::memrchr::{closure#1}>::{closure#0}",
+        "<core::slice::Iter<u8> as core::iter::iterator::Iterator>::rpos"
+        "ition::<core::slice::memchr::memrchr::{closure#1}>::{closure#0}",
     "_RINbNbCskIICzLVDPPb_5alloc5alloc8box_freeDINbNiB4_5boxed5FnBoxuEp6OutputuEL_ECs1iopQbuBiw2_3std":
         "alloc::alloc::box_free::<dyn alloc::boxed::FnBox<(), Output = ()>>",
     "_RMC0INtC8arrayvec8ArrayVechKj7b_E": "<arrayvec::ArrayVec<u8, 123>>",

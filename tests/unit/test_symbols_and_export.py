@@ -12,11 +12,11 @@ from elftools.elf.elffile import ELFFile
 
 from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import load_symbols
+from profiler.cli.status import error_summary
 from profiler.config import ExportConfig
 from profiler.errors import BinaryError, UsageError
 from profiler.export import folded
 from profiler.export.base import infer_format, write
-from profiler.cli.status import error_summary
 from profiler.export.folded import FoldedExporter
 from profiler.export.speedscope import SpeedscopeExporter
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
@@ -26,7 +26,8 @@ from profiler.symbolize.demangle import demangle
 
 def nm_functions(path: str) -> dict[str, int]:
     out = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True, check=True).stdout
-    return {parts[2]: int(parts[0], 16) for parts in (l.split() for l in out.splitlines()) if len(parts) == 3 and parts[1] in "tT"}
+    rows = (line.split() for line in out.splitlines())
+    return {parts[2]: int(parts[0], 16) for parts in rows if len(parts) == 3 and parts[1] in "tT"}
 
 
 def test_symbol_table_agrees_with_nm(chain_fp):
@@ -118,7 +119,8 @@ def test_headers_agree_with_pyelftools(path, request):
 def test_demangle():
     assert demangle("_ZN3foo3barEv") == "foo::bar()"
     assert demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE") == "core::ptr::drop_in_place"
-    assert demangle("_ZNSt6vectorIiSaIiEE9push_backERKi.cold") == "std::vector<int, std::allocator<int> >::push_back(int const&).cold"
+    vector = "std::vector<int, std::allocator<int> >::push_back(int const&).cold"
+    assert demangle("_ZNSt6vectorIiSaIiEE9push_backERKi.cold") == vector
     assert demangle("plain_c") == "plain_c" and demangle("_Znot-valid") == "_Znot-valid"
 
 
@@ -235,7 +237,8 @@ def test_calls_inlined_into_the_eval_loop_follow_its_python_frames(leaf_native):
 
 
 @pytest.mark.parametrize(
-    "path, fmt", [("a.speedscope.json", "speedscope"), ("x.json", "speedscope"), ("p.folded", "folded"), ("s.nprof", "nprof")]
+    "path, fmt",
+    [("a.speedscope.json", "speedscope"), ("x.json", "speedscope"), ("p.folded", "folded"), ("s.nprof", "nprof")],
 )
 def test_format_from_extension(path, fmt):
     assert infer_format(path, None).format == fmt

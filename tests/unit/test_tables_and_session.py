@@ -13,9 +13,9 @@ import pytest
 
 from profiler.errors import SessionFormatError
 from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason
+from profiler.profile.memo import FrameMemo
 from profiler.profile.session import Session, SessionMeta
 from profiler.profile.tables import FrameTable, StackTable
-from profiler.profile.memo import FrameMemo
 
 
 def key(i: int) -> tuple[int, int, int, int]:

@@ -14,10 +14,10 @@ import random
 import pytest
 
 from profiler.model import DW_RBP, DW_RBX, DW_RSP, StopReason, UnwoundStack
-from profiler.unwind import registers_read, policy, reuse
+from profiler.unwind import policy, registers_read, reuse
+from profiler.unwind.address_space import ModuleEntry
 from profiler.unwind.policy import NativeUnwinder
 from profiler.unwind.stack import StackWindow
-from profiler.unwind.address_space import ModuleEntry
 from tests.support.cfi_builder import CfiBuilder, advance_loc, def_cfa, def_cfa_offset, offset
 from tests.unit.test_cfi_unwind import GCC_CIE, STACK, FakeObject, FakeSpace, Stack, mixed_stack, registers
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from profiler.binary.cfi.encoding import (
+    ByteReader,
     DW_EH_PE_absptr,
     DW_EH_PE_datarel,
     DW_EH_PE_omit,
     DW_EH_PE_pcrel,
-    ByteReader,
     PointerBases,
     encoded_size,
 )

@@ -7,6 +7,7 @@ LEB128 numbers are limited to ``MAX_LEB128_BYTES`` so a run of 0x80 bytes cannot
 
 from __future__ import annotations
 
+import builtins
 import struct
 
 from profiler.errors import BinaryError
@@ -86,16 +87,20 @@ class ByteReader:
         return bytes(self.data[at : at + size])
 
     def u8(self) -> int:
-        return _U8.unpack_from(self.data, self._take(1))[0]
+        value: int = _U8.unpack_from(self.data, self._take(1))[0]
+        return value
 
     def u16(self) -> int:
-        return _U16.unpack_from(self.data, self._take(2))[0]
+        value: int = _U16.unpack_from(self.data, self._take(2))[0]
+        return value
 
     def u32(self) -> int:
-        return _U32.unpack_from(self.data, self._take(4))[0]
+        value: int = _U32.unpack_from(self.data, self._take(4))[0]
+        return value
 
     def u64(self) -> int:
-        return _U64.unpack_from(self.data, self._take(8))[0]
+        value: int = _U64.unpack_from(self.data, self._take(8))[0]
+        return value
 
     def uleb128(self) -> int:
         """Unsigned LEB128 (DWARF 5, section 7.6)."""
@@ -121,7 +126,7 @@ class ByteReader:
             return value - (1 << nbits)
         return value - (1 << 64) if value >> 63 else value
 
-    def cstring(self, limit: int = 256) -> bytes:
+    def cstring(self, limit: int = 256) -> builtins.bytes:
         """A NUL-terminated string of at most ``limit`` bytes (augmentation strings are short)."""
         stop = min(self.end, self.pos + limit)
         nul = self.data.find(b"\0", self.pos, stop)
@@ -170,7 +175,8 @@ class ByteReader:
         fixed = _FIXED.get(form)
         if fixed is None:
             raise BinaryError(f"{self.what}: unknown DW_EH_PE value format {form:#x}")
-        return fixed.unpack_from(self.data, self._take(fixed.size))[0]
+        value: int = fixed.unpack_from(self.data, self._take(fixed.size))[0]
+        return value
 
     def _base(self, application: int, field_svma: int, bases: PointerBases) -> int:
         if application in (DW_EH_PE_absptr, DW_EH_PE_aligned):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from profiler.binary.cfi.encoding import DW_EH_PE_absptr, DW_EH_PE_omit, ByteReader, PointerBases
+from profiler.binary.cfi.encoding import ByteReader, DW_EH_PE_absptr, DW_EH_PE_omit, PointerBases
 from profiler.errors import BinaryError
 
 #: DWARF 5 section 7.2.2: an initial length of 0xffffffff announces the 64-bit DWARF format

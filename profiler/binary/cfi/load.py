@@ -65,7 +65,7 @@ def _indexed(sources: list[CfiSource], notes: list[str]) -> list[CfiSource]:
     usable = []
     for source in sources:
         try:
-            source.fde_index
+            _ = source.fde_index  # built now, where a corrupt one is told
         except BinaryError as e:
             notes.append(f"{source.origin}: unusable ({e})")
             continue

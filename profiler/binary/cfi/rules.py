@@ -137,7 +137,7 @@ def registers_used(rule: UnwindRule) -> frozenset[int] | None:
         return frozenset()
     used: set[int] = set()
     cfa_kind, cfa_reg, cfa_arg = rule.cfa
-    expressions = [bytes(cfa_arg)] if cfa_kind == CFA_EXPRESSION else []  # type: ignore[arg-type]
+    expressions = [bytes(cfa_arg)] if cfa_kind == CFA_EXPRESSION else []
     if cfa_kind == CFA_REGISTER:
         used.add(cfa_reg)
     for reg, kind, arg in rule.registers:

@@ -12,6 +12,7 @@ range raises ``BinaryError`` so the caller discards the entry and rebuilds.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from profiler.binary.cache import Arrays
 from profiler.binary.cfi.columns import NO_RULE, ROW_DTYPE, RowColumns
@@ -68,7 +69,7 @@ def table_from_arrays(sources: list[CfiSource], arrays: Arrays) -> UnwindTable:
 def _restore(sources: list[CfiSource], arrays: Arrays) -> UnwindTable:
     if int(arrays["nsources"]) != len(sources):
         raise BinaryError("cached unwind table has other sources")
-    rows = arrays["rows"]
+    rows: npt.NDArray[np.void] = arrays["rows"]  # type: ignore[assignment]  # (checked just below)
     if rows.dtype != ROW_DTYPE or rows.ndim != 1:
         raise BinaryError("cached unwind rows have another layout")
     expressions = _split_bytes(arrays["expr_blob"], arrays["expr_ends"])

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from agents.cpython import CPythonAgent, CPythonSession
 from agents.cpython.capture import StackCapture
 from profiler.model import RuntimeFrame
-from profiler.target.process import TargetProcess
 from profiler.target.capture import Capture
+from profiler.target.process import TargetProcess
 from profiler.target.tracer import Tracer
 from tests.support.targets import running_target
 from tests.targets.python.interpreters import TARGETS, Interpreter

@@ -1,49 +1,12 @@
 """Code objects: decoded once, cached by address, and never attributed to the wrong function.
 
-A code object's address is not a stable identity: when a function is freed (an ``exec`` in a loop, a
-reloaded module), a new code object may be allocated at the same address. A cache keyed by address alone
-would then name the new function after the old one. So each capture made in a stop carries the *identity
-header* of every code object on the stack, copied while the frame that runs it kept it alive
-(``capture.py``; a snapshot's are read after resume, below), and a cached entry is used only when its
-identity equals the captured one; otherwise the new occupant is decoded and gets a new key.
-
-The identity is the fields a code object never changes after creation: ``ob_type``, ``co_firstlineno``, the
-pointers to its file name, name, qualified name, line table and local names, and on 3.12+ ``co_version``, a
-counter value unique to each code object made, so reuse is always detected there. Before 3.12 a new code
-object could in theory match every identity field of a freed one at the same address, if its strings and
-tables also landed where the old one's were and it starts on the same line; nothing cheaper than reading
-the strings themselves during the stop would tell them apart.
-
-A code object seen for the first time is decoded from bytes copied **during a stop** in which a frame runs
-it (``session.capture`` decodes it there; ``decode_copied``, after resume, from a snapshot's copy), the one
-moment its strings are certainly its own. Decoding from a read after resume is not safe,
-however it is checked: once the function is dropped, its strings are freed and reused by the next
-allocations, and a new code object may be allocated at the same address; while that successor is being
-initialised its header still holds the dead object's fields with a live refcount, so a re-read of the
-header passes while the strings already belong to another function (seen here once in ~15,000 samples of
-a churning target: ``f_7217_line_120`` shown in file ``<churn-7218>``). Known code objects cost a dict
-lookup and a tuple comparison during the stop. Each code pointer's key is settled there and kept in the
-capture (``StackCapture.code_keys``), so decoding after resume neither reads the target nor looks a code
-object up again. ``_decode_all`` still re-reads the header after the strings, as a guard against a pointer that
-was not a live code object at all.
-
-A snapshot (``scatter.py``) holds no code-object headers: ``code_check.py`` checks its code objects against
-this cache after resume, and says why that is as certain as the check during a stop. A code object a
-snapshot met that the cache does not know is decoded from the next stop's copy of its header and strings,
-when that stop's walk still meets it (``decode_copied``; ``code_prefetch.py`` says why that is as sure).
-
-Keys are what ``RuntimeFrame.code`` holds: the address for the first code object seen there, and the address
-with a generation number in bits 48-63 for each later one (x86-64 user addresses are below 2**47), so two
-functions that shared an address stay two frames in a profile. The generation wraps after 65536 occupants of
-one address, which would merge only frames that far apart.
-
-A code object decoded to the same name, file, first line, line table and prologue as one seen before takes
-that one's key (``_register``): a profile could not tell their frames apart anyway. A program that makes the
-same function again and again (``exec`` in a loop; ``namedtuple`` and ``dataclass`` write their methods
-with it) would otherwise add a key, its frames and the stacks through them with every new code object, and
-a recording of it would grow for as long as it ran: 21,202 stacks and 10,542 frames for 9,925 samples of
-``churn3.py code`` (20 s at 500 Hz, 3.12) before.
-"""
+A cached entry is used only when the code object's *identity header* (the fields it never changes, and
+``co_version`` on 3.12+) equals the one captured with the frame that runs it; otherwise the new occupant of
+the address is decoded and gets a new key. A code object is decoded only from bytes copied during a stop in
+which a frame runs it (``session.capture``, or ``decode_copied`` from a snapshot's copy); one decoded to the
+same name, file, first line, line table and prologue as one seen before takes that one's key. Keys carry a
+generation in bits 48-63, so two functions that shared an address stay two frames.
+Why, and what was measured: docs/decisions/code-object-identity.md."""
 
 from __future__ import annotations
 

@@ -1,31 +1,12 @@
 """New code objects a snapshot met, decoded from a copy the thread's next stop makes of them, named in advance.
 
-A code object the cache does not know must be decoded from bytes copied while a frame keeps it alive
-(``code.py``). A snapshot's walk after resume can only find that it met one (``code_check.py``), and the
-thread is stopped again. That second stop used to walk the whole chain and decode there
-(``CPythonSession.capture``): 200 us (median) in a recording of pytest on 3.11, where a snapshot's stop
-takes 14 us, and ~700 of them in 15 s, most of them meeting one to three code objects it had not met.
-
-A ``CodePrefetch`` makes the second stop a snapshot too. After the first settle, with the thread running, it
-reads each new code object's header and strings once, trusting nothing in them: only to learn which ranges
-its decode reads (``CodeCache.strings_of``) and how long they are. The second stop copies those ranges
-again, in the same ``process_vm_readv`` as the plan's (``Snapshot.attach``), and so do the thread's next
-stops until one meets the code object (KEEP_STOPS). After resume each snapshot's walk decides what they are
-worth:
-
-* a code object that walk meets was alive during the second stop, because the frame that runs it holds a
-  reference to it ("Strong reference" on ``f_code``, 3.13's ``f_executable``, in 3.11-3.13's
-  Include/internal/pycore_frame.h; a 3.8-3.10 frame object releases its ``f_code`` in ``frame_dealloc``,
-  Objects/frameobject.c), and the thread was stopped. So the
-  header copied at its address was its own, and so were the strings where that header points, if those are
-  the ranges copied. Decoding from them is as sure as decoding during the stop
-  (``CodeCache.decode_copied``);
-* a code object the walk does not meet (its function returned meanwhile) is not decoded: what was copied at
-  its address may be anything's. It is copied again in the next stops, for a walk that meets it;
-* where the copy does not serve the decode whole (the object at that address changed since the read after
-  resume, a string grew past what was read then), the code object stays unknown, and the sampler captures
-  the thread in full in a third stop.
-"""
+After a snapshot meets code objects the cache does not know, each one's header and strings are read once
+with the thread running, only to learn which ranges its decode reads; the thread's next stops copy those
+ranges with their plan (``Snapshot.attach``, up to ``KEEP_STOPS``). A later walk that meets the code object
+decodes it from that copy (``CodeCache.decode_copied``): the frame that runs it kept it alive during that
+stop. One the walk does not meet is not decoded; a copy that does not serve the decode whole leaves the
+thread to a stop that walks in full.
+Why that is as sure as a decode during the stop, and what it saved: docs/decisions/code-prefetch.md."""
 
 from __future__ import annotations
 

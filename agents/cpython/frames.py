@@ -1,28 +1,11 @@
 """A capture, decoded after resume into ``RuntimeFrame``s, innermost first, with eval-loop entries marked.
 
-``entry`` marks the frame a native ``_PyEval_EvalFrameDefault`` activation started with, so the merge can
-give each anchor its group: reading innermost first, an anchor's group ends at (and includes) the next frame
-with ``entry`` set (reference sections 2.6 and 4.3).
-
-* 3.8-3.10: every frame (each Python call is its own C call of the eval loop).
-* 3.11: the frame's ``is_entry``.
-* 3.12+: the eval loop pushes a C-stack *shim* frame (``owner`` FRAME_OWNED_BY_CSTACK; 3.14 also
-  FRAME_OWNED_BY_INTERPRETER) under the first frame it runs, so the frame just newer than a shim is the entry.
-  Shims are **kept**, as ``RuntimeFrame(SHIM_KEY, -1, entry=False, shim=True)``, so consumers can see the
-  exact activation boundaries; they are not Python code and should not be displayed. One case needs the shim
-  itself: when the innermost frame is a shim, its activation has not pushed a Python frame yet (or has just
-  popped its last), and the shim is marked ``entry=True`` so that activation's anchor still has a group (of
-  one invisible frame) and the others stay aligned. This is pystack's rule.
-
-A frame whose code pointer is not a code object ends the stack there (truncated, counted by the session):
-past a bad frame nothing can be trusted.
-
-3.11+: a frame still in its prologue, before its code's first RESUME (``_co_firsttraceable``), is left
-out, as CPython leaves it out of tracebacks and ``f_back`` (``_PyFrame_IsIncomplete``), unless it is an
-activation's entry, which the merge needs. One such frame never completes: the ``_Py_InitCleanup`` frame
-that 3.13 pushes under a specialized ``__init__`` call (Python/specialize.c), which showed as a frame
-``__init__`` without a line under every such constructor call. A generator's frame is never incomplete.
-"""
+``entry`` marks the first frame of each native eval-loop activation: every frame up to 3.10, ``is_entry`` on
+3.11, the frame just newer than a C-stack shim on 3.12+. Shims are kept, marked ``shim`` (an innermost one
+``entry`` too: its activation has no frame yet). A frame whose code pointer is not a code object ends the
+stack (counted). On 3.11+ a frame before its code's first RESUME is left out, as CPython's tracebacks leave
+it out, unless it is an entry.
+The rules' sources and the cases they come from: docs/decisions/python-frame-entries.md."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""Instruction offset -> source line, for the three line-table formats of CPython 3.8-3.14.
+"""Instruction offset -> source line, for the three line-table formats of CPython 3.8-3.14: ``co_lnotab``
+(3.8/3.9), ``co_linetable`` (3.10) and the location table (3.11+).
 
-Each decoder turns a code object's table into sorted address ranges once; a lookup is then one bisect.
-The decoders follow CPython's own C code, not its documentation, where the two could differ at a boundary:
-
-* 3.8/3.9 ``co_lnotab``: ``PyCode_Addr2Line`` in Objects/codeobject.c (3.8). Pairs of (unsigned byte
-  increment, signed line increment); a pair applies while the running address is <= the queried offset.
-* 3.10 ``co_linetable``: ``advance``/``_PyCode_CheckLineNumber`` in Objects/codeobject.c (3.10). Pairs of
-  (unsigned byte length, signed line delta), where a delta of -128 means "no line" for that range and does not
-  move the running line.
-* 3.11+ location table: ``advance``/``get_line_delta`` in Objects/codeobject.c (3.11-3.13), format in
-  Objects/locations.md. An entry starts with a byte whose bit 7 is set; bits 6-3 are a code, bits 2-0 the
-  length - 1 in code units; code 15 is "no line", 13 and 14 carry a signed varint line delta, 10-12 a delta of
-  code - 10, anything else delta 0. Like CPython, the decoder skips to the next byte with bit 7 set instead of
-  parsing the column data.
-
-Offsets are in the unit a ``RuntimeFrame`` carries for that version: bytes for 3.8/3.9, code units for 3.10
-and 3.11+ (3.10's table counts bytes, so its lookups double the offset). An offset before the first
-instruction (-1: the frame has not started) gives ``co_firstlineno``, as ``PyCode_Addr2Line`` does.
-"""
+Each table is decoded once into sorted ranges, following CPython's own C decoders where its documentation
+could differ at a boundary; a lookup is one bisect. Offsets are in the unit a ``RuntimeFrame`` carries
+(bytes for 3.8/3.9, code units from 3.10); an offset before the first instruction gives ``co_firstlineno``.
+Each format's rules and sources: docs/decisions/python-line-tables.md."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
 """Where each eval-loop activation keeps its record on the C stack: the addresses that place a capture's
 groups of Python frames among the native frames (``profiler/sampling/anchoring.py``).
 
-Every C-level call of ``_PyEval_EvalFrameDefault`` keeps a record in its own C stack frame:
-
-* **3.12+**: its entry frame, a ``_PyInterpreterFrame`` local to the call (``entry_frame``; the shim, owner
-  FRAME_OWNED_BY_CSTACK, 3.14 FRAME_OWNED_BY_INTERPRETER), linked into the thread's chain under the first
-  frame the call runs. The chain holds its address: that is the record of the group the shim ends.
-* **3.11**: its ``_PyCFrame`` (``cframe``, Python/ceval.c), linked by ``previous`` from ``tstate->cframe``
-  outward to the thread state's ``root_cframe``, each holding in ``current_frame`` the innermost frame of
-  its call: the record of the group holding that frame. The chain of ``_PyCFrame`` is read from the copied
-  stack, after resume; one outside the copy ends it (the groups outward keep no record).
-* **3.8-3.10**: none: each frame is its own C call, placed by name alone.
-
-An activation caught entering, before its record is linked (reference section 2.6, ``capture.py``), has no
-group; a 3.11 ``_PyCFrame`` filled in later holds what the stack held there before, which may name a frame
-of the chain: walking outward, the outer record of a group is kept, which is the one of the activation
-running it.
+3.12+: the group's entry (shim) frame, whose address the chain holds. 3.11: the ``_PyCFrame`` whose
+``current_frame`` is in the group, read outward from ``tstate->cframe`` in the copied C stack (one outside
+the copy ends the walk; walking outward, an outer record of a group replaces an inner leftover of an
+activation still being entered). 3.8-3.10: none. Why: docs/decisions/python-anchoring.md.
 """
 
 from __future__ import annotations

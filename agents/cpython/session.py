@@ -1,25 +1,11 @@
-"""``CPythonSession``: the agent protocol (profiler/runtime.py, DESIGN.md section 4) for one CPython process.
+"""``CPythonSession``: the agent protocol (``profiler/runtime.py``) for one CPython process.
 
-The sampler calls, per tick:
-
-* ``refresh()`` between ticks: re-walks the thread-state lists when a capture found a thread it could not
-  map, or periodically; and rebuilds the read plans captures left dirty. Never while a thread is stopped.
-* ``snapshot(tid, regs)`` while the thread is stopped: a dict lookup (OS thread -> thread state, kept by
-  ``binding.py``), and the thread's ``Snapshot`` named as its ``co_read``: the tracer copies the read plan's
-  ranges into it in the stack window's ``process_vm_readv`` (runtime.py), and nothing else happens. After resume
-  ``settle`` walks those bytes as ``capture.py`` would have during the stop; if they fell short, the sampler
-  stops the thread again and calls ``snapshot`` once more: the chain grew past the plan, and it returns
-  None (the hook calls ``capture``), or a code object is new, and it copies that too (``code_prefetch.py``).
-  A second snapshot that falls short is followed by a third stop, which calls ``capture``.
-* ``capture(tid, regs)`` while the thread is stopped: the walk of ``capture.py`` through the thread's read
-  plan, reading what the plan missed, and new code objects decoded. Returns a ``StackCapture``, or None for
-  a thread without a Python thread state (a native thread: it is still profiled natively).
-* ``frames(capture)`` after resume: ``RuntimeFrame``s innermost first (``frames.py`` says how entries and
-  shims are marked), ``holds_gil(capture)``, and ``locals(capture)`` for ``nprof dump --locals``.
-
-and at export ``describe(frame)`` once per unique frame, and ``is_anchor`` / ``is_interpreter_frame`` /
-``is_gil_wait`` per native frame.
-"""
+In the stop, ``snapshot`` only names the thread's read plan (the tracer copies it with the stack window),
+and ``capture`` walks the chain where there is no plan; after resume ``settle`` walks a snapshot's bytes as
+``capture`` would have, or returns ``RECAPTURE`` when they fall short (a deeper chain, a new code object:
+``code_prefetch.py``). ``frames``, ``activations``, ``holds_gil`` and ``locals`` read a capture;
+``refresh`` runs between ticks; ``describe`` names a frame at export.
+How a sample's stops go, and why: docs/decisions/snapshot-then-settle.md."""
 
 from __future__ import annotations
 

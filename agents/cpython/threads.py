@@ -1,29 +1,12 @@
 """Which ``PyThreadState`` belongs to which OS thread, found by walking the interpreter and thread lists.
 
-This walk runs between ticks (``CPythonSession.refresh``) or right after a resume (``settle``, for a thread
-not seen before; ``WalkSchedule`` says when), never while a thread is stopped: it touches every thread state,
-and the capture only needs a dict lookup. The exception is a thread new since the walk, whose first stops
-look for its state among the newest few (``find_new_thread_state``): a short-lived thread may be gone by
-the walk after its resume. The target keeps running meanwhile, so the lists may
-change under the walk; every link is checked (``tstate->interp`` must point back at the interpreter being
-walked, no address is visited twice, every loop is bounded) and a torn walk is simply redone at the next
-refresh. The capture re-checks the identity of each thread state it reads, so a stale entry costs one
-sample's Python frames, never a wrong stack.
-
-Keys (reference section 5): 3.11+ map the OS tid through ``native_thread_id``. 3.8-3.10 have no such field;
-there ``thread_id`` is the thread's ``pthread_t``, which on x86-64 glibc is its thread pointer, i.e. the
-``fs_base`` register the capture receives with the thread's registers.
-
-Subinterpreters: one OS thread can have a thread state in several interpreters. Creating one makes a state
-bound to the creating thread, and 3.12's ``_xxsubinterpreters.run_string`` runs code on that state (the
-interpreter's head, gh-109860) from whichever thread calls it; the state stays, its chain empty, when the
-code returns. Only one chain is read per thread: the newest interpreter's state whose chain holds a frame
-(its code runs innermost: an interpreter's code enters a newer one's), else the newest. Keeping the newest
-whatever it held left a 3.12 main thread that had once created a subinterpreter with no Python frames at
-all. When an older interpreter's state of the thread holds frames too, they run outward of the chain read:
-the capture's frames end with a frame that stands for them (``nested``), so that the interleaving pairs the
-chain read with its own eval loop, not the outermost.
-"""
+The walk runs between ticks or right after a resume (``WalkSchedule``), never while a thread is stopped,
+except the look among the newest states for a thread new since the walk (``find_new_thread_state``). The
+lists may change under it: every link is checked, every loop bounded, and a torn walk is redone. Keys:
+``native_thread_id`` on 3.11+, the ``pthread_t`` (the thread's ``fs_base``) before. A thread with states in
+several interpreters is read in the newest one whose chain holds a frame, with a frame standing for an
+older one's frames outward of it (``nested``).
+Why, and the cases met: docs/decisions/thread-states.md."""
 
 from __future__ import annotations
 

@@ -1,24 +1,10 @@
 """Names for PLT stubs, ``name@plt`` as objdump and perf print them.
 
-A call into another module goes through a stub the linker wrote in ``.plt`` (``.plt.sec`` when the stubs
-are built for Intel CET's IBT, ``.plt.got`` for functions whose address is also taken), and no symbol covers
-those sections. A thread stopped there had its leaf frame shown as ``module+0xoffset``: 0.8% of the samples
-of a pytest run on CPython 3.11 (256 of 32,194; ``_Py_Dealloc``'s stub alone 76), 0.7% of a 3.8 run.
-
-Each stub names its target in one of two ways (System V x86-64 psABI, "Procedure Linkage Table"):
-
-* it jumps through the target's GOT slot, ``jmp *disp32(%rip)`` (``ff 25``), possibly after ``endbr64``
-  (``f3 0f 1e fa``) and a ``bnd`` prefix (``f2``); the relocation that fills that slot
-  (``R_X86_64_JUMP_SLOT`` in ``.rela.plt``, ``R_X86_64_GLOB_DAT`` in ``.rela.dyn``) names the symbol;
-* or, in the lazy-binding half of a ``.plt`` whose calls go through ``.plt.sec``, it pushes the index of its
-  ``.rela.plt`` entry (``push imm32``, ``68``) for the resolver.
-
-A slot filled by ``R_X86_64_IRELATIVE`` (libc calling its own ``strlen``, ``memcpy``: IFUNCs) has no symbol,
-only the IFUNC symbol's value as addend; objdump shows ``*ABS*+0x9f4a0@plt``, nprof the name its symbol
-table gives the function at that value (``strncpy@plt``), as it names the function itself.
-
-Stubs that match neither (the first ``.plt`` entry, which calls the resolver) stay unnamed.
-"""
+A stub in ``.plt``, ``.plt.sec`` or ``.plt.got`` names its target by the GOT slot it jumps through (the
+slot's relocation names the symbol; an ``R_X86_64_IRELATIVE`` slot, the function at its addend) or by the
+``.rela.plt`` index it pushes for the resolver (System V x86-64 psABI, "Procedure Linkage Table"). Stubs
+that match neither (the resolver's own entry) stay unnamed.
+What was unnamed before, and the encodings met: docs/decisions/plt-names.md."""
 
 from __future__ import annotations
 

@@ -1,41 +1,11 @@
 """Threads asleep for long are not read at every tick: their process's CPU clock vouches for them.
 
-The idle check (``idle.py``) reads each thread's ``/proc/PID/task/TID/schedstat`` at every tick, to learn
-whether it ran since its last sample. A process with many sleeping threads pays that for each of them: 2000
-threads in ``pause()`` beside one busy thread, 100 Hz for 3 s, cost nprof 1.0 s of user and 1.4 s of
-system time, most of it those reads (0.75 us each in the kernel, warm, plus the check's Python).
-
-The kernel keeps one CPU clock per process, readable by any process for any other (``clock_gettime`` on
-``clock_getcpuclockid(3)``'s clock; ``lookup_task`` in kernel/time/posix-cpu-timers.c checks no permission
-for a process clock). With no CPU timer armed in the target its value is the sum of every live thread's
-accounted run time, the value schedstat's first field shows, plus what exited threads had
-(``thread_group_cputime``); an armed timer's group counters grow by the same amounts. One read costs
-19 us with 2000 threads. A thread that has slept for ``DORMANT_AFTER`` is made *dormant*: it is counted
-with its last stack at every tick without being read, for as long as the clock shows that no dormant
-thread can have run.
-
-Why that is sound. Let T be the threads the process is tracked with, v_i each one's last reading, r_i(t)
-its run time at t (its final one once it exited) and P(t) the clock. Q(t) = P(t) - sum r_i(t) is everyone
-else's time: threads exited before, or not seized yet. Q never decreases while T only loses threads. A
-tick reads the clock (P_a), then every watched thread (readings summing to H), then the clock again (P_b).
-The dormant threads' run time at P_b is at most P_b - H - Q, and Q is at least the previous tick's
-``bound``; if that is no more than S, the sum of their readings, none of them ran, since no run time
-shrinks. The tick then sets ``bound`` = P_a - H - S: every value in it was read after P_a or is proven
-current, so it cannot exceed Q at P_a. A thread added to T (seized since) would lower Q by its run time:
-the tick after a new one reads every thread. Anything unexplained (a watched thread accounted between its
-reading and P_b, a thread seized since, an exit) only wakes the dormant threads, which costs what every
-tick cost before.
-
-What the clock cannot see, schedstat's first field cannot either: a thread that was put on a CPU and has
-not had its time accounted yet (that waits for a scheduler tick, 4 ms at HZ=250, or for it to leave the
-CPU). ``idle.py`` catches that case through schedstat's switch count, which dormancy does not read. So a
-dormant thread that wakes can be counted asleep, with its old stack, until its first scheduler tick or
-until it sleeps again: at most one scheduler tick of run time per wake, after at least ``DORMANT_AFTER``
-asleep. Its next accounted moment wakes every dormant thread, and it is watched again from there.
-
-A dormant thread's samples are deferred: counted in ``Session.deferred_samples`` each tick and added to
-the session, one ``add_sample`` per thread, when it wakes or the recording ends (``flush``).
-"""
+A thread that has slept for ``DORMANT_AFTER`` is *dormant*: counted with its last stack at every tick
+without its schedstat being read, for as long as the process's CPU clock (``clock_getcpuclockid``), read
+before and after the tick's reads of the other threads, shows that no dormant thread can have run. Anything
+the clock does not explain (a thread seized since, an exit) wakes every dormant thread. A dormant thread's
+samples are deferred (``Session.deferred_samples``) and added when it wakes or the recording ends.
+The proof, its one blind spot and the costs measured: docs/decisions/dormant-threads.md."""
 
 from __future__ import annotations
 

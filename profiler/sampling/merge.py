@@ -1,36 +1,12 @@
 """Interleave runtime frames (Python) with native frames at the eval-loop activations. A pure function.
 
-Both stacks are read innermost first. Runtime frames form *groups*: the frames one native eval-loop
-activation runs, ending at (and including) the frame marked ``entry``. Pairing each group with the native
-frame of its activation puts every Python frame right inward of the C frame that executes it, so
-Python -> C -> Python reads in true call order.
-
-**By address first.** Where the runtime keeps a record of each activation on the C stack (CPython 3.11+),
-``anchoring.place`` has found the native frame holding each group's record: ``placed``. Groups placed
-there are paired with those frames whatever the frames are called; groups without a record (a 3.11 record
-outside the copied stack) take the frames named as anchors between their placed neighbours. Records in
-the wrong order, or in no frame, leave the sample to the names.
-
-**By name otherwise** (CPython 3.8-3.10, which keeps no such record): native frames the agent calls
-*anchors* (``_PyEval_EvalFrameDefault``) are the activations, paired with the groups in order. When the
-counts disagree (``../shared/reference/cpython-internals.md`` sections 2.6 and 4.3):
-
-* one anchor more than groups: an activation that has not pushed its first frame yet (or has just popped
-  its last). The surplus is the innermost anchor; pair the rest from the outside.
-* fewer anchors than groups, and the native walk ended early (window exhausted, no unwind info...): pair
-  from the inside, and put the outer groups below the truncated native stack, where they belong, with a
-  ``CUT`` marker between, for the native frames not unwound there.
-* more anchors than groups, and a coroutine's stack base (greenlet's ``g_initialstub``: ``is_base``) lies
-  between the anchor of the outermost group and the next: the groups are the running coroutine's, run by
-  the anchors inward of its base, and the anchors outward of it run another coroutine's frames, which the
-  thread's chain does not hold. Pair from the inside. (Paired from the outside, a greenlet's frames sat on
-  the main greenlet's eval loop, with greenlet's switch above them, in every sample.)
-* more anchors than groups, the outermost group standing for frames not read (``RuntimeFrame.rest``: a
-  subinterpreter's code run from an older interpreter's, whose frames run in the outer activations): pair
-  from the inside; the outer anchors left keep no group.
-* anything else: the groups cannot be placed. Every frame is kept, the Python frames above the native
-  ones with an ``UNANCHORED`` marker between, so that no output presents them as having run there, and the
-  outcome is counted (DESIGN.md section 4). A sample is never dropped.
+Both stacks are read innermost first. Runtime frames form *groups*, the frames one native eval-loop
+activation runs, ending at the frame marked ``entry``; each group goes right inward of its activation's
+native frame, so Python -> C -> Python reads in true call order. Activations are found by the address of
+their records where the runtime keeps them (``placed``: ``anchoring.place``), else by the anchors' names,
+with the tolerated count mismatches of ``_by_name``. A sample neither places keeps every frame, the runtime
+frames above the native ones under an ``UNANCHORED`` marker, and its outcome is counted; none is dropped.
+The rules, the cases they come from and what was measured: docs/decisions/python-anchoring.md.
 """
 
 from __future__ import annotations

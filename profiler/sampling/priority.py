@@ -1,48 +1,12 @@
 """When the sampling thread runs: at real-time priority (SCHED_FIFO) from the moment it goes to sleep until
-it has resumed the threads of the tick it wakes for, and through a short budget of the work after; at its
-own priority for anything longer.
+it has resumed the threads of the tick it wakes for, and through a short budget (``WORK_BUDGET``) of the
+work after; at its own priority for anything longer.
 
-Why the wake-up. A sampler at normal priority that shares a CPU with a busy target thread does not run
-when its timer fires: the fair scheduler (EEVDF, kernel 6.6+) lets the running thread go on to the end of
-its slice, so the sampler runs when that thread blocks, and finds it blocked. A thread that computes in
-short bursts between sleeps is then never seen computing. Measured here (2026-11-22, kernel 6.18, 2 vCPUs):
-a Python thread busy 200 us of every ~1.05 ms (``tests/targets/python/duty.py``), sampled at 100 Hz for 4 s
-with every stop's position kept (``--idle``), three runs each:
-
-* sampler and target on one CPU: 0 of ~400 stops in the busy loop at normal priority; 15-20% with the
-  wake-ups and stops at SCHED_FIFO (its share of the time is ~19%);
-* unpinned: 2-3% at normal priority, 14-24% at SCHED_FIFO.
-
-On one CPU, a shorter EEVDF slice for the sampler (``sched_setattr``'s ``sched_runtime``, which needs no
-privilege) and a timer slack of 1 ns left it at 0%; ``nice -20`` brought it to 16% (single runs). Only a
-real-time policy makes the wake-up preempt a fair-class thread for certain.
-
-Why the stops (``../shared/reference/ptrace-costs.md`` section 3): with more runnable threads than CPUs, a
-sampler at normal priority is preempted by the threads it has just resumed, and the ones it has not
-resumed yet stay stopped a whole scheduler tick (p90 3.9 ms, against 118-142 us under SCHED_FIFO).
-
-Why not long work after the stops. Unwinding, interning and new processes are deferred work of unbounded
-length: the first unwind in a module decodes its CFI, a new child's ELF files are read. At real-time
-priority that would hold a CPU from the target for as long. But dropping back to the thread's own policy
-after every tick's stops costs more than most ticks' work: ``sched_setscheduler`` to SCHED_OTHER and back
-took 13-14 us per tick here in the capture loop (3.7-3.9 us to raise, 9.2-10.2 us to drop; paced at 1 kHz,
-one busy thread, three runs). In interleaved repetitions of that loop (12 of 2 s each), the CPU per capture
-went from 163 to 148 us (1.90x to 1.68x the C floor sampler's) with the budget below. So
-the work after the stops goes on at real-time priority for at most WORK_BUDGET (``after_stops``, then
-``check`` between steps of the work), and the thread drops back to its own policy when the budget is spent,
-and before periodic work that can be long (``normal``). A single step that runs past the budget is cut by
-the kernel: with RLIMIT_RTTIME set, a real-time thread that runs that long without blocking is sent
-SIGXCPU, whose handler here drops the thread back (the kernel counts in scheduler ticks: it fired 4.5-7 ms
-into a busy loop here, HZ=250). Without that backstop (a hard RTTIME limit, a CPU time limit whose SIGXCPU
-must keep its meaning, or a sampling thread other than the main one without ``on_sigxcpu`` installed) the
-thread drops back after every tick's stops, as it did before.
-
-Python runs signal handlers on the main thread only, and nprof samples on a thread of its own
-(``target/tracing_thread.py``): there the main thread installs ``on_sigxcpu`` for the tracing thread's
-life, every other thread blocks SIGXCPU so that the kernel hands the main thread the signal (RLIMIT_RTTIME's
-is sent to the whole process), and the handler drops the sampling thread by its id. It runs once the main
-thread has the GIL, which the sampling thread gives up within the interpreter's switch interval (5 ms).
-"""
+Only a real-time policy makes the wake-up preempt a target thread sharing the sampler's CPU, so that a
+thread computing in short bursts is sampled computing, and keeps the threads resumed first from preempting
+the sampler before it resumes the rest. A step that runs past the budget is cut by RLIMIT_RTTIME's
+SIGXCPU, whose handler (``on_sigxcpu``, on the main thread) drops the sampling thread back.
+Why, and what was measured: docs/decisions/sampler-real-time-priority.md."""
 
 from __future__ import annotations
 

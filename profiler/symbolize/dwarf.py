@@ -1,26 +1,12 @@
 """Source lines and inlined frames from DWARF debug info, resolved lazily and once per unique address.
 
-``DwarfResolver(elf).resolve(svmas)`` gives, for each address, the frames that one machine address stands
-for, **outermost first**:
-
-1. the real (out-of-line) function, i.e. the DW_TAG_subprogram whose ranges contain the address, with the
-   file:line where its chain of inlined calls starts (the DW_AT_call_file/DW_AT_call_line of the outermost
-   DW_TAG_inlined_subroutine), or the address's own line when nothing is inlined there;
-2. one frame per DW_TAG_inlined_subroutine level (``inlined=True``), each with the call-site line of the
-   next level inside it;
-3. the innermost level carries the line of the address itself, from the CU's line table.
-
-That is ``addr2line -f -i -C`` read bottom-up. An address no CU covers gives ``[]``.
-
-Cost (DESIGN.md section 2, rules 2 and 3): nothing is read at construction. The first address needs the
-section bytes (inflated if compressed) and ``.debug_aranges``; each CU is parsed only when an address falls
-in it, and inside it only the line program, the file-scope DIEs (sibling links skip function bodies) and
-the subtree of the subprogram that contains the address. Results are cached per address, parts per CU.
-
-Failures never escape as anything but data: a file whose sections cannot be read, a corrupt CU, line
-program or DIE tree gives ``[]`` (or frames without the broken part) for the affected addresses, and the
-reason is appended to ``notes``.
-"""
+``DwarfResolver(elf).resolve(svmas)`` gives, per address, the frames it stands for, **outermost first**:
+the out-of-line function (with the line where its chain of inlined calls starts), one frame per inlined
+level (``inlined=True``), the innermost with the address's own line: ``addr2line -f -i -C`` read
+bottom-up; ``[]`` where no CU covers the address. Nothing is read at construction; each CU is parsed when
+an address falls in it, and only the parts that address needs. A corrupt part gives ``[]`` or fewer frames
+for the addresses it covers, and a line in ``notes``.
+The costs and the order of reads: docs/decisions/dwarf-resolution.md."""
 
 from __future__ import annotations
 

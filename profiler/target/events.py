@@ -1,25 +1,11 @@
 """Waiting for the next tracee event (a stop, an exit) until a deadline, in the cheapest way the process allows.
 
-The tracer must answer every tracee event at once, also between ticks (a signal sent to the target waits in a
-signal-delivery-stop until nprof passes it on), and must bound every wait by a deadline. ``waitpid`` has no
-timeout, so there are two ways:
-
-* ``SigchldWait``: SIGCHLD (which the kernel sends the tracer for every tracee stop and exit) is blocked
-  and waited for with ``sigtimedwait``, which has a timeout: a ``waitpid(WNOHANG)`` takes the event it
-  announced. No timer is armed and no signal handler runs. It needs SIGCHLD blocked in *every* thread of
-  nprof: a thread that does not block it may be handed the signal, which is then discarded (its default
-  action is to ignore it), and the wait only ends at its deadline. ``profiler/cli`` imports numpy, whose
-  BLAS starts worker threads, inside ``sigchld_blocked`` for that reason.
-* ``AlarmWait``: a blocking ``waitpid`` ended by a thread-directed alarm (``alarm.py``). It works whatever
-  the other threads do, and costs a ``timer_settime`` per wait and a signal delivery per deadline: 30-40 us
-  of CPU per tick more than sleeping, measured here (``benchmarks/python_floor.py --wait alarm``).
-
-``open_event_wait`` picks the first when every thread blocks SIGCHLD, else the second. Before either, a
-tick's first stop is polled for a few tens of microseconds (``FirstStopSpin``): a stop from another CPU
-comes sooner than a sleeping tracer wakes. Both return what
-``waitpid`` does, as ``(tid, status, errno)``: tid -1 with EINTR when the deadline passed or another signal
-came (the caller re-checks its clock and its stop flag), with ECHILD when nothing is traced any more.
-"""
+``SigchldWait`` waits for SIGCHLD, blocked in every thread of nprof, with ``sigtimedwait`` (which has a
+timeout) and takes the event with ``waitpid(WNOHANG)``; ``AlarmWait``, where another thread does not block
+SIGCHLD, ends a blocking ``waitpid`` with a thread-directed alarm (``alarm.py``). ``open_event_wait`` picks
+one. A tick's first stop is polled for first (``FirstStopSpin``). Both return ``(tid, status, errno)``: tid
+-1 with EINTR at the deadline or another signal, with ECHILD when nothing is traced any more.
+Why, and what each costs: docs/decisions/event-wait.md."""
 
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """Whether a stopped thread was waiting in the kernel, from its registers alone (x86-64).
 
-At a ptrace stop, ``orig_rax`` holds the number of the system call the thread was in (-1 outside one) and
-``rax`` its result, or ``-ERESTART*`` when the stop interrupted it while it slept (the kernel restarts it on
-resume); ``rdi, rsi, rdx, r10, r8, r9`` still hold its arguments, which the kernel preserves. A thread was
-waiting, not working, in two cases:
-
-* **interrupted while asleep**: ``rax`` is a restart code, or ``-EINTR``;
-* **woken, but not back in user code yet**: it is at the end of a call whose purpose is to wait (a sleep, a
-  poll, a futex wait), which has returned. Its timer or event made it runnable, and the stop came before it
-  ran again. That is common: a sampler whose own timer fires at the same moment (timers within each other's
-  slack expire together) runs first at real-time priority (``profiler/sampling/priority.py``), and stops
-  the thread there.
-  Measured here (2026-11-22): a C thread busy 200 us of every ~1 ms, sampled at 100 Hz with nprof on its
-  CPU, had 70 of its 141 "running" samples at the return of ``clock_nanosleep``.
-
-The second case counts a call with a zero timeout (a poll that does not wait) as a wait where the timeout is
-passed by value (``poll``, ``epoll_wait``, ``epoll_pwait``; ``WNOHANG`` for the waits for children). Where it
-is passed by pointer (``select``, ``ppoll``, ``futex``...) the registers cannot tell, and the call counts as
-a wait: a busy-polling loop stopped at the return of such a call is counted blocked, not running.
-"""
+At a ptrace stop ``orig_rax`` is the system call the thread was in (-1 outside one), ``rax`` its result or
+``-ERESTART*``, and the argument registers are preserved. A thread was waiting when it was interrupted
+asleep (a restart code or ``-EINTR``), or woken and not back in user code yet: at the return of a call
+whose purpose is to wait. A wait with a zero timeout passed by value (``poll``, ``epoll_wait``, ``WNOHANG``)
+is not one; where the timeout is passed by pointer, the call counts as a wait.
+Why the second case matters: docs/decisions/blocked-from-registers.md."""
 
 from __future__ import annotations
 

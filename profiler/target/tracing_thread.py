@@ -1,33 +1,12 @@
 """The thread that traces: every ptrace call of a recording or a dump is made on a thread of its own, and the
 end of that thread detaches every tracee at once, without stopping any.
 
-A tracee belongs to the thread that seized it, not to nprof's process, and PTRACE_DETACH takes only a tracee
-in a ptrace-stop. So a tracer that detaches thread by thread must first interrupt every thread, sleeping
-ones too, which the recording itself never stops (``sampling/idle.py``). That interrupt is seen by the
-target: it ends the sleep early, and the kernel makes the thread restart its system call on its own.
-
-* ``epoll_wait``, ``semop`` and ``sigtimedwait`` do not restart: they return EINTR to the program
-  (signal(7), "Interruption of system calls ... by a stop signal"). Every event loop saw one at nprof's end.
-* ``nanosleep``, ``clock_nanosleep``, ``poll`` and timed futex waits restart through the
-  ``restart_syscall`` system call (restart_syscall(2)). A program whose seccomp filter does not allow it
-  (the filter is the program's own; Docker's default allows it) is killed by SIGSYS: a test program in
-  ``clock_nanosleep`` with such a filter died at nprof's detach in 7 of 8 recordings.
-
-When the tracing thread exits, the kernel detaches every tracee it had (kernel/exit.c ``exit_notify`` calls
-kernel/ptrace.c ``exit_ptrace``): a thread in a ptrace-stop is woken (with the signal of a
-signal-delivery-stop still to be delivered), a group-stopped one stays stopped, a pending interrupt is
-cleared, and a sleeping thread is never woken at all. Measured here: a thread in ``epoll_wait`` and one in
-``clock_nanosleep`` under that seccomp filter, seized and left by the thread's exit, slept on untouched;
-detached one by one, the first returned EINTR and the process died of SIGSYS.
-
-The main thread keeps what Python gives it alone: signal handlers run there (SIGINT and SIGTERM set the stop
-flag, ``cli/stop.py``; SIGXCPU drops the tracing thread's real-time priority, ``sampling/priority.py``). It
-hands each tracing step to this thread (``call``) and waits; ``wake`` ends the thread's current wait early
-so that it sees the stop flag at once. The main thread also forks the command ``nprof record -- CMD``
-starts, which this thread seizes in its next step (``launch.py``). The tracer's waits (``events.py``) end on
-any handled signal: the wake is SIGALRM, whose no-op handler (``alarm.on_alarm``, for the alarm's deadlines
-too) is installed here.
-"""
+A detach thread by thread must interrupt sleeping threads first, which a program sees (EINTR from
+``epoll_wait``; ``restart_syscall``, which a seccomp filter may kill for); the kernel's detach at the
+tracer's exit (``exit_ptrace``) wakes none. The main thread keeps what Python gives it alone, the signal
+handlers, hands each tracing step to this thread (``call``) and waits; ``wake`` (SIGALRM) ends the thread's
+current wait early so that it sees the stop flag at once.
+Why, and what was measured: docs/decisions/tracing-thread.md."""
 
 from __future__ import annotations
 

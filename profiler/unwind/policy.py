@@ -1,31 +1,13 @@
 """The per-frame unwinding policy: which method produces each frame, and when a walk stops.
 
-For each frame, the module holding its pc is looked up, then:
-
-1. **CFI** where the module's unwind table has a row for the pc (``profiler.unwind.cfi``);
-2. **frame pointers** otherwise: the innermost frame through prologue analysis (it may not have pushed
-   rbp yet), callers through the rbp chain (``profiler.unwind.framepointer``);
-3. **a stack scan** where that fails its checks or leads out of every module: the first word above the
-   frame that follows a call instruction, checked with capstone (``profiler.unwind.scan``).
-
-File-less code (a JIT's) has no table; there a return address into a known trampoline gets the rule of its
-fixed frame instead (``profiler.unwind.trampolines``), memoized like a table's.
-
-The pc looked up is the return address minus one for callers (a call may be the last instruction of a
-function, so its return address is already in the next one), and the pc itself for the innermost frame
-and for the frame a signal interrupted: below a signal frame (an FDE whose CIE has the 'S'
-augmentation, glibc's ``__restore_rt``) the caller's pc is where the signal arrived, not a return
-address. The signal trampoline's own frame is reported at its return address, so it is named after
-``__restore_rt`` rather than the byte before it.
-
-Each frame records the ``UnwindMethod`` that produced it and each walk the ``StopReason`` it ended with,
-so a truncated stack explains itself.
-
-Given the thread's previous walk, a walk that reaches a state that walk passed through, with every word it
-read from there on unchanged, takes over its frames from there instead of walking them again
-(``profiler.unwind.reuse``): the outer frames of a sampled thread rarely change between two samples.
-Walks read only the saved registers some rule met uses (``profiler.unwind.registers_read``).
-"""
+Per frame: **CFI** where the module's unwind table has a row for the pc (``cfi.py``); else **frame
+pointers**, with prologue analysis for the innermost frame (``framepointer.py``); else, where that fails its
+checks or leads out of every module, a **stack scan** checked with capstone (``scan.py``). File-less code
+gets a known trampoline's fixed frame (``trampolines.py``). Callers are looked up at their return address
+minus one; the innermost frame and a frame a signal interrupted, at their pc. Each frame records its
+``UnwindMethod`` and each walk its ``StopReason``; a walk takes over the previous walk's outer frames where
+they still hold (``reuse.py``) and reads only the saved registers some rule uses (``registers_read.py``).
+The reasons: docs/decisions/unwind-policy.md."""
 
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
 """Reusing the outer frames of a thread's previous walk.
 
-A sampled thread spends most of its time deep below the same callers: between two samples the innermost
-frames change and the outer ones (``main``, the event loop, the interpreter's entry, a recursion's upper
-levels) do not. Walking those again costs ~1.5 us a frame in Python, most of a sample's unwind.
-
-A walk is deterministic. Each iteration of ``NativeUnwinder`` starts from a state (the registers, the
-method that produced the frame, whether its pc is looked up as is) and reads only words of the copied stack;
-everything else it consults (the modules mapped, their tables, the code of their functions) is the same
-while the address space's ``generation`` is. So if this walk reaches a state the previous walk also
-passed through (the same stack pointer, every register a step can use equal:
-``registers_read.RegistersRead.same_state``), and every word the previous walk read from there on reads the same in
-this copy, the previous walk's frames from there on are this walk's frames.
-The words are checked one by one (``LoggedWindow`` keeps each read's place and value), not the whole
-stack above the frame: the locals of outer frames change all the time, their saved registers and return
-addresses do not.
-
-The previous walk's last iteration, the one that ended it, is not reused but run again: it may have
-stopped at the end of a window that this copy extends, or at a depth limit this walk reaches later.
-
-Logging costs a walk that takes little over: a thread whose walks keep taking over less than they walk
-(``MISSES_BEFORE_PAUSE``) makes its next ``PAUSED_WALKS`` without a log, then tries again.
-"""
+A walk is deterministic given where each step starts and the stack words it reads, while the code mapped
+is the same (``AddressSpace.generation``). So a walk that reaches a state the previous walk passed through
+(the same stack pointer, the registers a step can use equal: ``registers_read``) takes over that walk's
+frames from there, once every word it read from there on reads the same in this copy (``LoggedWindow``).
+Its last iteration is run again. A thread whose walks keep taking over less than they walk
+(``MISSES_BEFORE_PAUSE``) walks ``PAUSED_WALKS`` times without a log.
+Why, and what it saves: docs/decisions/walk-take-over.md."""
 
 from __future__ import annotations
 

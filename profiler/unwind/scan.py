@@ -1,26 +1,11 @@
 """The last resort for a frame nothing else can step: a search of the copied stack above it for its return
 address, each candidate checked to follow a call instruction.
 
-The policy asks for it where a frame has no CFI row and its code gives no frame to follow: the rbp chain
-fails its checks, or leads to an address in no module (rbp held data, as in hand-written kernels, or in
-code built with neither CFI nor frame pointers whose function prologue analysis cannot read). As in
-Breakpad's stack scanning (``processor/stackwalker.cc``, ``ScanForReturnAddress``), the words above the
-stack pointer are tried in turn; one is taken as the return address when
-
-1. it lies in an executable range of a module (file-backed: its bytes are read from the file);
-2. the bytes before it decode as a ``call`` ending exactly there (``binary/callsite.py``, remembered per
-   address by the file's ``ObjectFile``);
-3. for a direct call (``call rel32``), the call's target is the function being stepped, or a PLT stub. A
-   return address an earlier call left on the stack, not overwritten yet (stale), passes 1 and 2; most
-   such calls called another function, and this rejects them. Where the function's start is not known (a
-   stripped library without CFI: a Rust extension), the target must at least lie in the code mapping the
-   function runs in, since a ``call rel32`` cannot leave its module but through a PLT stub: a stale
-   return address into libc's ``calloc``, after its call of a libc function, was taken for the caller of
-   orjson's code in 74% of the samples of a program serializing with it (a sweep).
-
-The caller's registers are the stack pointer above the word and the callee's rbp (nothing says whether
-the callee changed it); the frame is marked ``UnwindMethod.SCAN``.
-"""
+A word is taken when it lies in a module's executable range, the bytes before it decode as a ``call``
+ending there (``binary/callsite.py``), and, for a direct call, the call's target is the function being
+stepped, a PLT stub, or where the function's start is unknown, at least in its own module. The caller keeps
+the callee's rbp; the frame is marked ``UnwindMethod.SCAN``.
+Why each check: docs/decisions/stack-scan.md."""
 
 from __future__ import annotations
 

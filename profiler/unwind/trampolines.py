@@ -1,26 +1,11 @@
 """Frames of known call trampolines in file-less code, which has no CFI and keeps no frame pointer.
 
-CPython 3.12 and 3.13 run with ``-X perf`` (or ``PYTHONPERFSUPPORT=1``) copy one trampoline per code
-object into anonymous executable memory, so that ``perf`` can name each Python function by its copy's
-address. The trampoline (``Python/asm_trampoline.S``; the same bytes in 3.12.1's and 3.13.0's
-``_Py_trampoline_func_start``, disassembled here) is::
-
-    48 83 ec 08    sub  $0x8, %rsp
-    ff d1          call *%rcx            <- the eval loop returns here
-    48 83 c4 08    add  $0x8, %rsp
-    c3             ret
-
-It saves no register and sets no frame pointer, so the rbp chain through it, the fallback for file-less
-code, skipped to a frame of libpython's (which keeps none either): 236 of 237 samples of a 3.12 program
-stopped there, losing every native frame outward of its innermost eval loop. At the return address,
-the trampoline's frame is fixed: the caller's stack pointer is 16 bytes up (the 8 it reserved and its own
-return address), that return address is at 8, and every other register is the caller's. That is an
-unwind rule like a CFI row's (``rule_before``), which the unwinder memoizes per address as it does the rows
-of a file's tables: the code is read once per address, after resume.
-
-Later CPythons' trampoline pushes rbp and sets it (``push %rbp; mov %rsp,%rbp; call *%rcx; pop %rbp``),
-which the rbp chain walks as it is.
-"""
+CPython 3.12 and 3.13 under ``-X perf`` run each code object through a copy of one trampoline in anonymous
+memory (``Python/asm_trampoline.S``: ``sub $8,%rsp; call *%rcx; add $8,%rsp; ret``), which saves no register.
+At a return address after its call the frame is fixed (the caller's stack pointer 16 bytes up, the return
+address at 8, every other register the caller's): ``rule_before`` gives that rule, which the unwinder
+memoizes per address as it does a file's rows.
+The bytes, and what the rbp chain did there: docs/decisions/jit-trampolines.md."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 
@@ -56,6 +57,39 @@ def _traced_by_us() -> list[tuple[int, int]]:
         except OSError:
             continue
     return traced
+
+
+#: calls by which a test (or a fixture it uses, or a helper of tests/support it calls) starts a process
+SPAWNS = ("subprocess.", "build_c(", "run_nprof", "running_target(", "Popen(", "os.fork(", "readelf_", "addr2line(",
+          "read_frames(", "nm_functions(", "instructions(", "python_running(", "attached(")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``ptrace`` (pyproject.toml) every test of tests/integration, which traces real processes, and every
+    other test whose code, or the code of a fixture it uses, starts a process (``SPAWNS``): what is left,
+    ``pytest -m "not ptrace"``, is the pure tests."""
+    integration = os.path.join(os.path.dirname(os.path.abspath(__file__)), "integration") + os.sep
+    sources: dict[object, str] = {}
+    for item in items:
+        if str(item.path).startswith(integration) or _spawns(item, sources):
+            item.add_marker(pytest.mark.ptrace)
+
+
+def _spawns(item: pytest.Item, sources: dict[object, str]) -> bool:
+    functions = [getattr(item, "function", None)]
+    fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    functions += [definition.func for definitions in fixtures.values() for definition in definitions]
+    for function in functions:
+        if function is None:
+            continue
+        if function not in sources:
+            try:
+                sources[function] = inspect.getsource(function)
+            except (OSError, TypeError):
+                sources[function] = ""
+        if any(call in sources[function] for call in SPAWNS):
+            return True
+    return False
 
 
 @pytest.fixture(autouse=True)

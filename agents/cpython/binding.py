@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agents.cpython.detect import Interpreter
+from agents.cpython.scatter import Readv
 from agents.cpython.slot import ThreadSlot
 from agents.cpython.threads import (
     ThreadMap,
@@ -34,6 +35,7 @@ from agents.cpython.threads import (
 )
 from profiler.target.process import TargetProcess
 from profiler.target.procfs import list_threads, read_status
+from profiler.target.ptrace import raw_process_vm_readv
 
 if TYPE_CHECKING:
     from agents.cpython.session import SessionStats
@@ -46,9 +48,15 @@ class ThreadBindings:
     """The slots of one CPython process's OS threads, by key, and the walks and searches that keep them."""
 
     def __init__(
-        self, process: TargetProcess, interpreter: Interpreter, native_keys: bool, stats: SessionStats
+        self,
+        process: TargetProcess,
+        interpreter: Interpreter,
+        native_keys: bool,
+        stats: SessionStats,
+        readv: Readv = raw_process_vm_readv,
     ) -> None:
         self.process = process
+        self.readv = readv  #: how the slots' snapshots read the target (``scatter.Readv``)
         self.interpreter = interpreter
         self.layout = interpreter.layout
         self.stats = stats  #: the session's: ``found_new`` and ``adopted`` are counted here
@@ -111,7 +119,7 @@ class ThreadBindings:
         ident = key if ident is None else ident
         slot = self.slots.get(key)
         if slot is None or slot.info.addr != info.addr or slot.ident != ident:
-            return ThreadSlot(key, info, ident)
+            return ThreadSlot(key, info, ident, self.readv)
         slot.info = info
         return slot
 

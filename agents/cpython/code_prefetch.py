@@ -13,7 +13,8 @@ from __future__ import annotations
 from agents.cpython.code import CodeCache, alive
 from agents.cpython.memory import Read
 from agents.cpython.plan import build_plan
-from agents.cpython.scatter import Snapshot
+from agents.cpython.scatter import Readv, Snapshot
+from profiler.target.ptrace import raw_process_vm_readv
 
 #: most code objects one ``CodePrefetch`` is made for; a stack that meets more new ones at once has its next stop
 #: walk in full instead, which decodes them with two scatter reads. Each costs ~4 reads here after resume
@@ -57,17 +58,21 @@ class CodePrefetch:
 
     __slots__ = ("codes", "ages", "lengths", "snap")
 
-    def __init__(self, codes: list[int], lengths: dict[int, int], ages: dict[int, int]) -> None:
+    def __init__(
+        self, codes: list[int], lengths: dict[int, int], ages: dict[int, int], readv: Readv = raw_process_vm_readv
+    ) -> None:
         self.codes = codes
         self.ages = ages  #: code object -> stops it was copied in since one whose walk did not meet it
         self.lengths = lengths  #: address -> bytes the read after resume returned there
-        self.snap = Snapshot()
+        self.snap = Snapshot(readv)
         # sorted and coalesced, as a thread's plan is; the buffer is sized now: allocating in the stop
         # would lengthen it
         self.snap.fit(build_plan([], list(lengths.items())))
 
     @classmethod
-    def of(cls, cache: CodeCache, codes: list[int], kept: CodePrefetch | None = None) -> CodePrefetch | None:
+    def of(
+        cls, cache: CodeCache, codes: list[int], kept: CodePrefetch | None = None, readv: Readv = raw_process_vm_readv
+    ) -> CodePrefetch | None:
         """After resume: for the code objects at ``codes`` that ``cache`` does not know under the identity
         their header shows now, the ranges a decode of each reads, as they read now; None if there is none
         (no live code object with readable strings is there now), or more than MAX_CODES to look at. The
@@ -93,7 +98,7 @@ class CodePrefetch:
             for addr, length in recorder.ranges.items():
                 if lengths.get(addr, 0) < length:
                     lengths[addr] = length
-        return cls(new, lengths, {code: ages[code] for code in new}) if new else None
+        return cls(new, lengths, {code: ages[code] for code in new}, readv) if new else None
 
     def take(self, tid: int) -> None:
         """During the stop, where the thread's snapshot does not copy it with its plan (``Snapshot.attach``):

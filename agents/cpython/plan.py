@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+from collections.abc import Callable
 
 # the ctypes binding of profiler.target.ptrace, called as scatter.py calls it (iovecs as u64 pairs)
 from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
@@ -72,12 +73,14 @@ class ReadPlan:
         self._starts = [span[0] for span in spans]
         self._spans = spans
 
-    def copy(self, pid: int, local: ctypes.Array[ctypes.c_uint64]) -> int:
+    def copy(
+        self, pid: int, local: ctypes.Array[ctypes.c_uint64], readv: Callable[..., int] = process_vm_readv
+    ) -> int:
         """Copy every range with one ``process_vm_readv`` into the buffer whose address is ``local[0]``
         (``local`` is one iovec as a u64 pair); returns how many ranges were copied completely (the kernel
         stops at the first remote iovec that faults)."""
         local[1] = self.total
-        return self.complete(process_vm_readv(pid, local, 1, self.remote, self.count, 0))
+        return self.complete(readv(pid, local, 1, self.remote, self.count, 0))
 
     def complete(self, n: int) -> int:
         """How many ranges a copy of the plan's ranges in order holds whole, ``n`` bytes long (or failed)."""
@@ -130,14 +133,16 @@ class FixedRanges:
             remote[1::2] = [size] * len(batch)
             self._batches.append((remote, len(batch)))
 
-    def copy(self, pid: int, local: ctypes.Array[ctypes.c_uint64], base: int) -> bool:
+    def copy(
+        self, pid: int, local: ctypes.Array[ctypes.c_uint64], base: int, readv: Callable[..., int] = process_vm_readv
+    ) -> bool:
         """Copy every range to ``base`` on, one ``process_vm_readv`` per batch (``local``: one iovec as a u64
         pair); False unless every range was copied whole."""
         for remote, count in self._batches:
             length = count * self.size
             local[0] = base
             local[1] = length
-            if process_vm_readv(pid, local, 1, remote, count, 0) != length:
+            if readv(pid, local, 1, remote, count, 0) != length:
                 return False
             base += length
         return True

@@ -20,6 +20,7 @@ import bisect
 import ctypes
 import mmap
 import struct
+from collections.abc import Callable
 
 from agents.cpython.plan import EMPTY_PLAN, IOV_MAX, FixedRanges, ReadPlan
 
@@ -27,6 +28,11 @@ from agents.cpython.plan import EMPTY_PLAN, IOV_MAX, FixedRanges, ReadPlan
 # (iovec arrays go as their address, counts as C ints). Its binding is reused here rather than declared a
 # second time. Every iovec here is a pair of u64s (iov_base, iov_len): the kernel's struct iovec on x86-64.
 from profiler.target.ptrace import raw_process_vm_readv as process_vm_readv
+
+#: how the agent reads the target's memory: ``process_vm_readv(pid, local iovecs, count, remote iovecs, count,
+#: flags)`` with u64-pair iovec arrays, returning the bytes read or -1. Every reader and snapshot takes one,
+#: so that tests give it a fake target's memory (tests/support/fake_cpython.py)
+Readv = Callable[..., int]
 
 _U64 = struct.Struct("<Q")
 
@@ -57,9 +63,10 @@ class Snapshot:
     stop of a walk in full, which copies no snapshot."""
 
     __slots__ = ("tid", "plan", "done", "buffer", "base", "view", "extra", "_local", "_remote", "_remotes", "_pair",
-                 "_locals")
+                 "_locals", "readv")
 
-    def __init__(self) -> None:
+    def __init__(self, readv: Readv = process_vm_readv) -> None:
+        self.readv = readv
         self.tid = 0
         self.plan = EMPTY_PLAN
         self.done = 0  #: planned iovecs ``[0, done)`` were copied completely
@@ -127,7 +134,7 @@ class Snapshot:
         remote[0] = addr
         remote[1] = pair[1] = size
         pair[0] = dest
-        n: int = process_vm_readv(tid, pair, self._locals, remote, self._remotes, 0)
+        n: int = self.readv(tid, pair, self._locals, remote, self._remotes, 0)
         if n < 0:
             self.done = 0
             if extra is not None:
@@ -141,17 +148,18 @@ class Snapshot:
     def take(self, tid: int) -> None:
         """During the stop, without a stack window: copy every range of its plan with one syscall through the
         stopped thread ``tid``."""
-        self.done = self.plan.copy(tid, self._local) if self.plan.count else 0
+        self.done = self.plan.copy(tid, self._local, self.readv) if self.plan.count else 0
 
 
 class ScatterReader:
     """One capture's reads: ``begin`` with a plan, then ``get`` each address the walk needs."""
 
     __slots__ = ("pid", "buffer", "base", "view", "plan", "done", "tail", "misses", "missed", "syscalls",
-                 "frozen", "_memory", "_own_view", "_local", "_remote", "_batch", "_window")
+                 "frozen", "readv", "_memory", "_own_view", "_local", "_remote", "_batch", "_window")
 
-    def __init__(self, pid: int, capacity: int = BUFFER_BYTES) -> None:
+    def __init__(self, pid: int, capacity: int = BUFFER_BYTES, readv: Readv = process_vm_readv) -> None:
         self.pid = pid
+        self.readv = readv  #: (``Readv``; the snapshots it serves are made with the same)
         # mmap'd rather than create_string_buffer, which would zero (and so make resident) every page
         self._memory = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.buffer = (ctypes.c_char * capacity).from_buffer(self._memory)
@@ -186,7 +194,7 @@ class ScatterReader:
         self._window = _NO_WINDOW
         if plan.count:
             self._local[0] = self.base
-            self.done = plan.copy(self.pid, self._local)
+            self.done = plan.copy(self.pid, self._local, self.readv)
             self.syscalls = 1
 
     def replay(self, snapshot: Snapshot) -> None:
@@ -212,7 +220,7 @@ class ScatterReader:
         """After resume (the reader's capture is over): copy ``ranges`` to the buffer's start; False unless
         every one was copied whole."""
         self.view = self._own_view
-        return ranges.total <= len(self.buffer) and ranges.copy(self.pid, self._local, self.base)
+        return ranges.total <= len(self.buffer) and ranges.copy(self.pid, self._local, self.base, self.readv)
 
     def unread_range(self) -> tuple[int, int] | None:
         """The planned range the last ``begin`` stopped at, unreadable now (the kernel stops at the first
@@ -260,7 +268,7 @@ class ScatterReader:
         local[1] = remote[1] = end - start
         remote[0] = start
         self.syscalls += 1
-        n = process_vm_readv(self.pid, local, 1, remote, 1, 0)
+        n = self.readv(self.pid, local, 1, remote, 1, 0)
         if n < addr + size - start:  # a short read of whole pages stops at a page the range needs too
             return -1
         self._window = (start, start + n, offset)
@@ -290,7 +298,7 @@ class ScatterReader:
             self._local[0] = self.base + offset
             self._local[1] = end
             self.syscalls += 1
-            n = process_vm_readv(self.pid, self._local, 1, batch, len(chunk), 0)
+            n = self.readv(self.pid, self._local, 1, batch, len(chunk), 0)
             complete = bisect.bisect_right(ends, n) if n > 0 else 0
             for j in range(complete):
                 out[start + j] = offset + ends[j] - chunk[j][1]

@@ -23,13 +23,14 @@ from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
 from agents.cpython.marks import ActivationMarks
-from agents.cpython.scatter import ScatterReader
+from agents.cpython.scatter import Readv, ScatterReader
 from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadingNames
 from agents.cpython.threads import innermost_frame
 from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE, StopCopy
 from profiler.target.process import TargetProcess
+from profiler.target.ptrace import raw_process_vm_readv
 from profiler.unwind.stack import StackWindow
 
 #: how long Python thread names are reused before the next (heavy) read of threading._active
@@ -89,12 +90,13 @@ class CPythonSession:
 
     name = "cpython"
 
-    def __init__(self, process: TargetProcess, interpreter: Interpreter) -> None:
+    def __init__(self, process: TargetProcess, interpreter: Interpreter, readv: Readv = raw_process_vm_readv) -> None:
+        """``readv``: how the target's memory is read (``scatter.Readv``; a test's fake memory)."""
         self.process = process
         self.interpreter = interpreter
         self.layout = interpreter.layout
         self.stats = SessionStats()
-        self._reader = ScatterReader(process.memory_pid)
+        self._reader = ScatterReader(process.memory_pid, readv=readv)
         process.memory_pid_changed.append(self._read_through)
         self.codes = CodeCache(
             process.read, self.layout.code, self.layout.objects, interpreter.types, read_ranges=self._read_ranges
@@ -103,7 +105,7 @@ class CPythonSession:
         self._marks = ActivationMarks(self.layout)
         self._copier = ChainCopier(self.layout, interpreter.runtime)
         #: which thread state each OS thread runs (``binding.py``)
-        self.bindings = ThreadBindings(process, interpreter, self._copier.native_keys, self.stats)
+        self.bindings = ThreadBindings(process, interpreter, self._copier.native_keys, self.stats, readv)
         self._main_mapped = False  #: a capture of the main thread found its thread state (``frames``)
         self._code_adaptive = self.layout.code.code_adaptive or 0
         self._locals: LocalsReader | None = None
@@ -295,7 +297,7 @@ class CPythonSession:
             met = self._codes_met(out)
             unknown = self.codes.unknown(met)
             self.stats.met_new_code += bool(unknown)
-            data.ahead = CodePrefetch.of(self.codes, unknown or met, ahead)
+            data.ahead = CodePrefetch.of(self.codes, unknown or met, ahead, self._reader.readv)
             data.walk_next = data.ahead is None
             return RECAPTURE
         out.code_keys.update(confirmed)

@@ -10,8 +10,9 @@ from agents.cpython.capture import Wanted
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.code_prefetch import CodePrefetch
 from agents.cpython.plan import SHRINK_AFTER, ReadPlan, build_plan, next_ranges, served_ranges
-from agents.cpython.scatter import Snapshot
+from agents.cpython.scatter import Readv, Snapshot
 from agents.cpython.threads import ThreadStateInfo
+from profiler.target.ptrace import raw_process_vm_readv
 
 
 class ThreadSlot:
@@ -20,13 +21,15 @@ class ThreadSlot:
 
     __slots__ = ("key", "ident", "info", "used", "pending", "snap", "clean", "tid", "check", "_ahead", "walk_next")
 
-    def __init__(self, key: int, info: ThreadStateInfo, ident: int | None = None) -> None:
+    def __init__(
+        self, key: int, info: ThreadStateInfo, ident: int | None = None, readv: Readv = raw_process_vm_readv
+    ) -> None:
         self.key = key  #: what the session maps this thread by: its tid (3.11+) or its fs_base
         #: what the thread state's own id field holds while it is this thread's (a capture checks it): the key,
         #: but for a state made in the process this one was forked from (``ThreadBindings.adopt``)
         self.ident = key if ident is None else ident
         self.info = info
-        self.snap = Snapshot()  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them
+        self.snap = Snapshot(readv)  #: the plan's bytes as the last stop of a ``CPythonSession.snapshot`` copied them
         self.used: Wanted = ([], [])  #: what the plan was built from: fixed reads, then cframes and frames
         #: what the last capture read, whether it missed reads, and the planned range it could not read
         self.pending: tuple[Wanted, bool, tuple[int, int] | None] | None = None

@@ -19,16 +19,10 @@ from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.model import StopReason
 from profiler.profile.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
-from tests.support.targets import FRAME_POINTERS, NO_FRAME_POINTERS, build_c, run_nprof, running_target
+from tests.support.targets import FRAME_POINTERS, NO_FRAME_POINTERS, build_c, record, run_nprof, running_target
 
 ROOTS = ("_start", "__clone3", "clone3", "start_thread")
 DEPTH = 24
-
-
-def record(pid: int, out: str, *extra: str, duration: str = "2") -> None:
-    result = run_nprof("record", "--pid", str(pid), "-d", duration, "-o", out, *extra)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr
 
 
 def reaches_root(stack: tuple[str, ...]) -> bool:

@@ -32,6 +32,7 @@ from tests.support.targets import (
     assert_running_free,
     build_c,
     nprof_command,
+    record,
     run_nprof,
     run_nprof_without_map_files,
     running_target,
@@ -41,13 +42,6 @@ from tests.support.targets import (
 )  # fmt: skip
 
 DEPTH = 24  # recursion levels of chain.c, 512 bytes of locals each: > 12 KiB of stack
-
-
-def record(pid: int, out: str, *extra: str) -> dict:
-    result = run_nprof("record", "--pid", str(pid), "-d", "2", "-o", out, *extra)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr
-    return {"stdout": result.stdout, "stderr": result.stderr}
 
 
 def test_known_chain_is_exact(chain_fp, tmp_path):
@@ -72,7 +66,7 @@ def test_known_chain_is_exact(chain_fp, tmp_path):
     assert hit / total >= 0.95, f"only {hit / total:.1%} of leaf samples show the exact chain"
     deep = sum(w for s, w in leaf.items() if ends_with(s, recursion))
     assert deep > 0, "no sample shows the complete recursion"
-    assert "Top functions" in run["stderr"] and "spin" in run["stderr"]
+    assert "Top functions" in run.stderr and "spin" in run.stderr
 
 
 def test_a_program_under_a_path_not_in_utf8(tmp_path):

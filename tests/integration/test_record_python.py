@@ -26,7 +26,9 @@ from profiler.profile.session import Session
 from tests.support.profiles import ends_with, read_speedscope, share, subsequence
 from tests.support.targets import (
     NOT_UTF8_NAME,
+    build_c,
     process_state,
+    record,
     run_nprof,
     run_nprof_without_map_files,
     running_target,
@@ -54,12 +56,6 @@ def marked_line(name: str, marker: str) -> int:
             if f"# at:{marker}" in text:
                 return number
     raise KeyError(marker)
-
-
-def record(pid: int, out: str, *extra: str, duration: str = "2") -> None:
-    result = run_nprof("record", "--pid", str(pid), "-d", duration, "-o", out, *extra)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback (most recent call last)" not in result.stderr
 
 
 def python_part(stack: tuple, path: str) -> tuple[str, ...]:
@@ -828,9 +824,9 @@ def _build_linked_host(interp: Interpreter, out: str) -> bool:
                                                       check=True).stdout.split()  # fmt: skip
     if shared != "1" or not os.path.exists(os.path.join(include, "Python.h")):
         return False
-    subprocess.run(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pie", "-fPIE", f"-I{include}", "-o", out,
-                    os.path.join(os.path.dirname(TARGETS), "linked_host.c"), f"-L{libdir}", f"-lpython{version}",
-                    f"-Wl,-rpath,{libdir}"], check=True)  # fmt: skip
+    build_c("linked_host.c", os.path.dirname(out), ["-O2", "-g", "-fno-omit-frame-pointer", "-pie", "-fPIE",
+            f"-I{include}"], name=os.path.basename(out),
+            libs=[f"-L{libdir}", f"-lpython{version}", f"-Wl,-rpath,{libdir}"])  # fmt: skip
     return True
 
 

@@ -6,13 +6,16 @@ test. ``running_target`` always kills and reaps it, whatever the test did.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import hashlib
 import os
 import select
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -26,17 +29,43 @@ FRAME_POINTERS = ("-O2", "-g", "-fno-omit-frame-pointer")
 NO_FRAME_POINTERS = ("-O2", "-g", "-fomit-frame-pointer")
 
 
-def build_c(source: str, out_dir: str, flags: Sequence[str], name: str | None = None, cxx: bool = False) -> str:
-    """Compile ``tests/targets/<source>`` with ``flags``; returns the binary's path."""
-    compiler = shutil.which("g++" if cxx else "gcc")
-    if compiler is None:
-        raise RuntimeError("gcc/g++ not found: run scripts/setup-tests.sh")
-    stem = name or os.path.splitext(source)[0]
-    out = os.path.join(out_dir, stem)
-    cmd = [compiler, *flags, "-pthread", "-o", out, os.path.join(TARGET_SOURCES, source)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"building {source} failed: {' '.join(cmd)}\n{result.stderr}")
+#: one build per (source, its bytes, compiler, flags, libraries) in a test session, kept here and copied
+#: where each test asks for it (a test may change its copy)
+_BUILT: dict[tuple[object, ...], str] = {}
+_BUILD_CACHE: list[str] = []
+
+
+def build_c(
+    source: str,
+    out_dir: str,
+    flags: Sequence[str],
+    name: str | None = None,
+    cxx: bool = False,
+    libs: Sequence[str] = (),
+) -> str:
+    """Compile ``source`` (a file of ``tests/targets``, or a path) with ``flags`` (and ``libs`` after it) into
+    ``out_dir/name``; returns that path. Each distinct build is compiled once per test session and copied
+    from then on, so tests that share a target do not each pay for gcc."""
+    path = source if os.path.isabs(source) else os.path.join(TARGET_SOURCES, source)
+    with open(path, "rb") as f:
+        content = f.read()
+    key = (path, hashlib.sha256(content).hexdigest(), cxx, tuple(flags), tuple(libs))
+    built = _BUILT.get(key)
+    if built is None:
+        compiler = shutil.which("g++" if cxx else "gcc")
+        if compiler is None:
+            raise RuntimeError("gcc/g++ not found: run scripts/setup-tests.sh")
+        if not _BUILD_CACHE:
+            _BUILD_CACHE.append(tempfile.mkdtemp(prefix="nprof-test-builds-"))
+            atexit.register(shutil.rmtree, _BUILD_CACHE[0], True)
+        built = os.path.join(_BUILD_CACHE[0], f"{len(_BUILT)}-{os.path.basename(path)}.out")
+        cmd = [compiler, *flags, "-pthread", "-o", built, path, *libs]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"building {source} failed: {' '.join(cmd)}\n{result.stderr}")
+        _BUILT[key] = built
+    out = os.path.join(out_dir, name or os.path.splitext(os.path.basename(source))[0])
+    shutil.copy2(built, out)
     return out
 
 
@@ -88,6 +117,18 @@ def stop(proc: subprocess.Popen) -> None:
 
 def nprof_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "profiler", *args]
+
+
+def record(
+    pid: int, out: str, *extra: str, duration: str = "2", cwd: str | None = None
+) -> subprocess.CompletedProcess:
+    """``nprof record --pid PID -d DURATION -o OUT EXTRA...`` (in ``cwd``), which must succeed, and say
+    nothing of a traceback."""
+    result = subprocess.run(nprof_command("record", "--pid", str(pid), "-d", duration, "-o", out, *extra),
+                            capture_output=True, text=True, timeout=120, cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr
+    return result
 
 
 def run_nprof(*args: str, timeout: float = 120, cpu: int | None = None) -> subprocess.CompletedProcess:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from profiler.binary.cfi.snapshot import table_from_arrays, table_to_arrays
 from profiler.binary.objfile import ObjectFileCache
 from profiler.errors import BinaryError
 from tests.support.cfi_builder import CfiBuilder, advance_loc, def_cfa, def_cfa_offset, offset
+from tests.support.targets import build_c
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 CHAIN_C = Path(__file__).resolve().parents[1] / "targets" / "chain.c"
@@ -156,10 +156,7 @@ def test_warm_attach_restores_the_decoded_fdes(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_scanned_debug_frame_index_is_cached_and_a_corrupt_entry_rebuilt(tmp_path: Path) -> None:
-    binary = tmp_path / "chain"
-    subprocess.run(
-        ["gcc", "-O2", "-g", "-fno-asynchronous-unwind-tables", "-o", str(binary), str(CHAIN_C)], check=True
-    )
+    binary = Path(build_c(str(CHAIN_C), str(tmp_path), ["-O2", "-g", "-fno-asynchronous-unwind-tables"]))
     directory = str(tmp_path / "cache")
     obj = ObjectFileCache(TableCache("cfi", directory)).open(str(binary), str(binary))
     assert obj.unwind_table is not None

@@ -12,7 +12,6 @@ import glob
 import os
 import random
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,11 +20,13 @@ from profiler.binary.cfi.locate import debug_frame_source, find_cfi_sources
 from profiler.binary.cfi.table import UnwindTable
 from profiler.binary.elf import ElfFile
 from tests.support.readelf_frames import ReadelfFrames, describe_row, normalize, read_frames
+from tests.support.targets import build_c
+from tests.targets.python.interpreters import PYENV_ROOT
 
 SAMPLES = 1000
 SEED = 20261121
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
-PYENV = os.environ.get("PYENV_ROOT", "/root/.pyenv")
+PYENV = PYENV_ROOT
 LIBPYTHONS = sorted(glob.glob(f"{PYENV}/versions/3.*/lib/libpython3.*.so.1.0"))
 CHAIN_C = Path(__file__).resolve().parents[1] / "targets" / "chain.c"
 
@@ -93,9 +94,8 @@ def test_debug_frame_agrees_with_readelf(tmp_path: Path) -> None:
     """gcc -fno-asynchronous-unwind-tables -g puts the CFI of every function in .debug_frame only."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    binary = tmp_path / "chain_debug_frame"
     flags = ["-O2", "-g", "-fno-asynchronous-unwind-tables", "-fomit-frame-pointer"]
-    subprocess.run(["gcc", *flags, "-o", str(binary), str(CHAIN_C)], check=True)
+    binary = Path(build_c(str(CHAIN_C), str(tmp_path), flags, name="chain_debug_frame"))
     source = debug_frame_source(ElfFile(str(binary)))
     assert source is not None
     table = UnwindTable([source])

@@ -1,6 +1,6 @@
 """Where each eval-loop activation keeps its record on the C stack (agents/cpython/marks.py), and the
 placement of a capture's Python frames among native frames by those records (sampling/anchoring.py,
-merge.py, stacks.py), over captures of the fake target of ``test_cpython_chain``.
+merge.py, stacks.py), over captures of the fake target of ``tests/support/fake_cpython.py``.
 
 The fake memory's top is a C stack (``FakeTarget.push``); the native frames are made up around the
 records put there: frame ``i`` owns ``[sps[i], sps[i + 1])``, as ``UnwoundStack.sps`` says."""
@@ -26,18 +26,7 @@ from profiler.sampling.anchoring import place
 from profiler.sampling.merge import MergeOutcome, merge
 from profiler.sampling.stacks import StackRecorder
 from profiler.unwind.stack import StackWindow
-from tests.unit import test_cpython_chain as chain
-from tests.unit.test_cpython_chain import (
-    HEAP,
-    HEAP_SIZE,
-    OWNER_CSTACK,
-    REGS,
-    TID,
-    FakeTarget,
-    session_over,
-)
-
-target = chain.target  #: the fixture: a fake target of the layout given
+from tests.support.fake_cpython import HEAP, HEAP_SIZE, OWNER_CSTACK, REGS, TID, FakeTarget, session_over
 
 V311 = pytest.param(TABLES[(3, 11)], id="3.11")
 V312 = pytest.param(TABLES[(3, 12)], id="3.12")

@@ -14,6 +14,7 @@ import pytest
 from profiler.binary.cache import TableCache
 from profiler.binary.debugfile import build_id_paths, crc32_of_file, debuglink_paths, find_debug_file
 from profiler.binary.objfile import ObjectFileCache
+from tests.support.targets import build_c
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 CHAIN_C = Path(__file__).resolve().parents[1] / "targets" / "chain.c"
@@ -93,10 +94,7 @@ def test_libc_static_functions_come_from_the_debug_files_symtab() -> None:
 @pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("objcopy") is None, reason="needs binutils + gcc")
 def test_debug_frame_of_a_separate_debug_file_is_used(tmp_path: Path) -> None:
     """A stripped binary whose only CFI is .debug_frame in a (compressed) debug file beside it."""
-    binary = tmp_path / "chain"
-    subprocess.run(
-        ["gcc", "-O2", "-g", "-fno-asynchronous-unwind-tables", "-o", str(binary), str(CHAIN_C)], check=True
-    )
+    binary = Path(build_c(str(CHAIN_C), str(tmp_path), ["-O2", "-g", "-fno-asynchronous-unwind-tables"]))
     debug = tmp_path / "chain.debug"
     keep_debug = ["--only-keep-debug", "--compress-debug-sections=zlib"]
     subprocess.run(["objcopy", *keep_debug, str(binary), str(debug)], check=True)

@@ -23,8 +23,10 @@ from profiler.binary.symbols import ELF64_SYM, STT_FUNC, STT_GNU_IFUNC
 from profiler.model import FrameKind, Module, NativeFrame, SampleClass, StopReason
 from profiler.profile.session import Session, SessionMeta
 from profiler.symbolize.symbolizer import _symbol_names, symbolize
+from tests.support.targets import build_c
+from tests.targets.python.interpreters import PYENV_ROOT
 
-PYENV = os.environ.get("PYENV_ROOT", "/root/.pyenv")
+PYENV = PYENV_ROOT
 LIBRARIES = sorted(glob.glob(f"{PYENV}/versions/3.*/lib/libpython3.*.so.1.0")) + [
     "/lib/x86_64-linux-gnu/libc.so.6",
     "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
@@ -105,9 +107,7 @@ def programs(tmp_path_factory) -> dict[str, str]:
     source.write_text(PROGRAM)
     built = {}
     for layout, (flags, _section) in LAYOUTS.items():
-        out = str(root / layout)
-        subprocess.run(["gcc", "-O1", "-fno-builtin", *flags, "-o", out, str(source)], check=True)
-        built[layout] = out
+        built[layout] = build_c(str(source), str(root), ["-O1", "-fno-builtin", *flags], name=layout)
     return built
 
 

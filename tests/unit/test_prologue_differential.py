@@ -18,12 +18,15 @@ import pytest
 from profiler.binary.objfile import MAX_SWEEP_BYTES, ObjectFileCache
 from profiler.binary.prologue import FRAME_SET, FunctionLayout
 from profiler.model import DW_RBP, DW_RSP
+from tests.targets.python.interpreters import PYENV_ROOT
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
-LIBPYTHON = f"{os.environ.get('PYENV_ROOT', '/root/.pyenv')}/versions/3.12.1/lib/libpython3.12.so.1.0"
+LIBPYTHON = f"{PYENV_ROOT}/versions/3.12.1/lib/libpython3.12.so.1.0"
 #: the share of instructions that must agree: 99.8% (libc) and 99.5% (libpython) measured when the sweep
 #: learnt to take a block's state from the branches to it, 97.3% and 96.2% before
 AGREEMENT = 0.99
+#: a sweep of every instruction of two whole system libraries (15 s): out of the pure tests' quick run
+pytestmark = pytest.mark.ptrace
 
 
 def agreement(path: str) -> tuple[int, int]:

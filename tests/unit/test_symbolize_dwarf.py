@@ -21,6 +21,7 @@ from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import load_symbols
 from profiler.errors import BinaryError
 from profiler.symbolize.dwarf import DwarfResolver
+from tests.support.targets import build_c
 from tests.unit.test_symbolize_oracle import addr2line, disagreement, llvm_symbolizer
 
 pytestmark = pytest.mark.skipif(
@@ -91,10 +92,7 @@ def build(tmp_path_factory, name: str, source: str, flags: list[str], cxx: bool 
     directory = tmp_path_factory.mktemp(name)
     source_path = directory / ("prog.cpp" if cxx else "prog.c")
     source_path.write_text(source)
-    binary = directory / name
-    compiler = "g++" if cxx else "gcc"
-    subprocess.run([compiler, "-O2", "-g", *flags, "-o", str(binary), str(source_path)], check=True)
-    return str(binary)
+    return build_c(str(source_path), str(directory), ["-O2", "-g", *flags], name=name, cxx=cxx)
 
 
 @pytest.fixture(scope="module")

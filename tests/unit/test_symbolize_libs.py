@@ -21,9 +21,10 @@ import pytest
 from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import SymbolTable, load_symbols
 from profiler.symbolize.dwarf import DwarfResolver
+from tests.targets.python.interpreters import PYENV_ROOT
 from tests.unit.test_symbolize_oracle import addr2line, disagreement, llvm_symbolizer
 
-PYENV = os.environ.get("PYENV_ROOT", "/root/.pyenv")
+PYENV = PYENV_ROOT
 LIBPYTHON312 = f"{PYENV}/versions/3.12.1/lib/libpython3.12.so.1.0"
 OTHER_LIBPYTHONS = sorted(p for p in glob.glob(f"{PYENV}/versions/3.*/lib/libpython3.*.so.1.0") if p != LIBPYTHON312)
 LIBC_DEBUG = "/usr/lib/debug/.build-id/93/ac61ec5a8eb1396f9fbd350e3169a558528a40.debug"

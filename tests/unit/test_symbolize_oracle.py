@@ -49,6 +49,7 @@ from collections.abc import Sequence
 import pytest
 
 from profiler.model import FrameInfo
+from tests.support.targets import build_c
 
 Level = tuple[str, str | None, int | None]  # (name, file, line), outermost first
 
@@ -199,8 +200,7 @@ def test_addr2line_parsing_outermost_first(tmp_path):
         "static inline __attribute__((always_inline)) int g(int x) { return x * 7 + 1; }\n"
         "int f(int x) { return g(x); }\nint main(void) { return 0; }\n"
     )
-    binary = tmp_path / "t"
-    subprocess.run(["gcc", "-O2", "-g", "-o", str(binary), str(source)], check=True)
+    binary = build_c(str(source), str(tmp_path), ["-O2", "-g"], name="t")
     symbols = subprocess.run(["nm", str(binary)], capture_output=True, text=True, check=True).stdout
     f_address = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.endswith(" f"))
     levels = addr2line(str(binary), [f_address])[f_address]

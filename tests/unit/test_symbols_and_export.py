@@ -22,6 +22,7 @@ from profiler.export.speedscope import SpeedscopeExporter
 from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
 from profiler.profile.session import Session, SessionMeta
 from profiler.symbolize.demangle import demangle
+from tests.support.targets import build_c
 
 
 def nm_functions(path: str) -> dict[str, int]:
@@ -63,8 +64,7 @@ int main(void) { return real_function(); }
 def test_assembly_labels_name_only_what_no_function_covers(tmp_path):
     source = tmp_path / "labels.c"
     source.write_text(ASM_LABELS)
-    binary = tmp_path / "labels"
-    subprocess.run(["gcc", "-O1", "-o", str(binary), str(source)], check=True)
+    binary = build_c(str(source), str(tmp_path), ["-O1"], name="labels")
     symbols = load_symbols(ElfFile(str(binary)))
     entry = symbols.address_of("asm_entry")[0]
     inner = symbols.address_of("inner_label")[0]

@@ -14,8 +14,9 @@ from profiler.model import DW_RA, DW_RBP, DW_RSP, NUM_DWARF_REGS
 from profiler.unwind.cfi import step_cfi
 from profiler.unwind.stack import StackWindow
 from profiler.unwind.trampolines import AFTER, BEFORE, CPYTHON_PERF, recognise, rule_before
+from tests.targets.python.interpreters import PYENV_ROOT
 
-PYENV = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+PYENV = PYENV_ROOT
 LIBPYTHONS = [os.path.join(PYENV, "versions", v, "lib", f"libpython{v.rsplit('.', 1)[0]}.so.1.0")
               for v in ("3.12.1", "3.13.0")]  # fmt: skip
 

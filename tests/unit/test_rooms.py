@@ -65,3 +65,18 @@ def test_a_room_imports_none_of_the_rooms_above_it(room):
             if any(name == bad or name.startswith(bad if bad.endswith(".") else bad + ".") for bad in FORBIDDEN[room]):
                 wrong.append(f"{os.path.relpath(path, REPO)}:{line} imports {name}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_architecture_map_names_every_room_and_top_level_module():
+    """docs/architecture.md's table of rooms names each package of profiler/ and agents/, and each module at
+    profiler/'s top, so that a newcomer finds every room there."""
+    with open(os.path.join(REPO, "docs", "architecture.md"), encoding="utf-8") as f:
+        rows = {line.split("|")[1].strip().strip("`") for line in f if line.startswith("| `")}
+    rooms = {f"{name}/" for name in os.listdir(os.path.join(REPO, "profiler"))
+             if os.path.isfile(os.path.join(REPO, "profiler", name, "__init__.py"))}  # fmt: skip
+    rooms |= {f"agents/{name}/" for name in os.listdir(os.path.join(REPO, "agents"))
+              if os.path.isfile(os.path.join(REPO, "agents", name, "__init__.py"))}  # fmt: skip
+    modules = {name for name in os.listdir(os.path.join(REPO, "profiler"))
+               if name.endswith(".py") and name not in ("__init__.py", "__main__.py")}  # fmt: skip
+    missing = sorted((rooms | modules) - rows)
+    assert not missing, f"docs/architecture.md names no row for {missing}"

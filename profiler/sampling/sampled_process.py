@@ -54,6 +54,8 @@ class SampledThread:
     last_class: SampleClass = SampleClass.RUNNING
     runtime_named: bool = False  #: the runtime has named the thread (``thread_naming.py``)
     name_looks: int = 0  #: times the runtime was asked for its name without an answer
+    #: samples in a row that ran the runtime's eval loop without its frames (``StackRecorder.record``)
+    runtime_missed: int = 0
 
     def sampled(self) -> None:
         """The stop in progress yielded a sample: later idle checks compare against the schedstat read
@@ -101,8 +103,8 @@ class SampledProcess:
         #: that found no runtime: a look again is worth it only once they change (``loaded_since``)
         self._looked_at: tuple[int, frozenset[str]] = (-1, frozenset())
         #: (native frames, runtime frames, stop, placement by address) -> (stack id, in the runtime's lock
-        #: wait, the counters each of its samples adds to)
-        self.stack_memo: FrameMemo[tuple[int, bool, tuple[str, ...]]] = FrameMemo(MAX_MEMO_FRAMES)
+        #: wait, the counters each of its samples adds to, runs the runtime's eval loop)
+        self.stack_memo: FrameMemo[tuple[int, bool, tuple[str, ...], bool]] = FrameMemo(MAX_MEMO_FRAMES)
         self._flags: dict[tuple[int, int], tuple[bool, bool]] = {}
         self._bases: dict[tuple[int, int], bool] = {}
 

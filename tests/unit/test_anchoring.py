@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from profiler.model import NativeFrame, UnwindMethod
 from profiler.sampling.anchoring import BEYOND, NOWHERE, UNKNOWN, place
-from profiler.sampling.sampled_process import SampledProcess
+from profiler.sampling.sampled_process import SampledProcess, SampledThread
+from profiler.sampling.stacks import RUNTIME_LOOKS, StackRecorder
 
 #: four frames, innermost first: frame i owns [SPS[i], SPS[i + 1]); the last, everything above its own
 SPS = [0x1000, 0x1080, 0x1200, 0x1400]
@@ -56,3 +57,19 @@ def test_native_frames_asked_about_before_the_runtime_was_found_are_asked_again(
     assert target.flags(eval_loop) == (False, False), "no agent yet"
     assert target.detect([agent], lambda found, pid: 0)  # type: ignore[list-item]
     assert target.flags(eval_loop) == (True, False)
+
+
+def test_a_sample_in_the_eval_loop_without_its_frames_has_the_thread_stopped_again():
+    """A thread whose thread state was not found in its stop is not counted with that stack while it
+    sleeps: its next idle check stops it again (``SampledThread.look_again``), up to ``RUNTIME_LOOKS`` times
+    in a row; a sample with the runtime's frames ends the run."""
+    state = SampledThread(0)
+    for looks in range(RUNTIME_LOOKS):
+        state.last_run_time = 5
+        StackRecorder._look_again_for_runtime(state, True)
+        assert state.last_run_time == -1 and state.runtime_missed == looks + 1
+    state.last_run_time = 5
+    StackRecorder._look_again_for_runtime(state, True)
+    assert state.last_run_time == 5, "given up: a thread in an eval loop with no state nprof can find"
+    StackRecorder._look_again_for_runtime(state, False)
+    assert state.runtime_missed == 0

@@ -142,9 +142,9 @@ def test_a_corrupted_record_gives_an_unanchored_stack_and_its_counter(target):
     placed = place(sps, len(native), marks, True)
     recorder = StackRecorder(SimpleNamespace(intern_stack=lambda keys: keys), SimpleNamespace(native=True,
                              stack_bytes=1 << 16, window_cap=1 << 16))  # fmt: skip
-    stub = SimpleNamespace(agent_index=0, caps=Capabilities(), flags=lambda f: (f.rel == EVAL, False),
+    stub = SimpleNamespace(agent=object(), agent_index=0, caps=Capabilities(), flags=lambda f: (f.rel == EVAL, False),
                            is_coroutine_base=lambda f: False)  # fmt: skip
-    keys, in_gil_wait, counted = recorder._stack_id(stub, native, runtime, StopReason.END_OF_STACK, placed)
+    keys, in_gil_wait, counted, _runs = recorder._stack_id(stub, native, runtime, StopReason.END_OF_STACK, placed)
     assert counted == ("merge_unanchored",) and not in_gil_wait
     kinds = [k[0] for k in keys]
     marker = keys.index((FrameKind.SYNTHETIC, 0, SyntheticFrame.UNANCHORED, 0))
@@ -153,7 +153,7 @@ def test_a_corrupted_record_gives_an_unanchored_stack_and_its_counter(target):
     assert len(kinds) - marker - 1 == len(native)
     # the same corruption with the eval loops named: the names place it, and say that the records failed
     stub.flags = lambda f: (f.rel in (0x7777, 0x7778), False)
-    _keys, _, counted = recorder._stack_id(stub, native, runtime, StopReason.END_OF_STACK, placed)
+    _keys, _, counted, _runs = recorder._stack_id(stub, native, runtime, StopReason.END_OF_STACK, placed)
     assert counted == ("python_placed_by_name",)
 
 

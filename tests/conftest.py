@@ -64,6 +64,15 @@ SPAWNS = ("subprocess.", "build_c(", "run_nprof", "running_target(", "Popen(", "
           "read_frames(", "nm_functions(", "instructions(", "python_running(", "attached(")  # fmt: skip
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests of Ctrl-C start nprof as a terminal does, with SIGINT's default action. A suite started in
+    the background of a script (``.ci/run &``, ``nohup``) has SIGINT ignored (POSIX, for asynchronous lists),
+    every process it starts inherits that, and nprof rightly keeps it so for its command (``stop.py``):
+    three tests failed so. Python's handler here makes each child start with the default again."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``ptrace`` (pyproject.toml) every test of tests/integration, which traces real processes, and every
     other test whose code, or the code of a fixture it uses, starts a process (``SPAWNS``): what is left,

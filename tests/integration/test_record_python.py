@@ -688,23 +688,26 @@ def test_dump_maps_threads_started_while_it_attached(interp):
     thread lists are walked once every thread is held; walked before the attach (when the agent was made),
     the threads started since showed none (a threaded server: 3-12 of 11-20 threads). A thread may be held
     starting or ending, in threading's own code around ``brief_work`` (``Event.set`` in ``_bootstrap_inner``:
-    1 in ~6 runs of this test with a CPU of this machine's two taken by another program)."""
+    1 in ~6 runs of this test with a CPU of this machine's two taken by another program). A dump may find
+    few of them: the stops before the hold (``prepare_hold``) pause the main thread, and the others end
+    meanwhile (1 run in 15 found fewer than two in two dumps), so it dumps until two were seen, at most 8."""
     path = script("brief_threads.py")
+    brief = dumps = 0
     with running_target([interp.path, path], ready_at=2) as target:
-        dumps = [run_nprof("dump", "--pid", str(target.pid), "--json") for _ in range(2)]
-    brief = 0
-    for result in dumps:
-        assert result.returncode == 0, result.stderr
-        for thread in json.loads(result.stdout)["threads"]:
-            if thread["tid"] == target.pid:
-                continue
-            frames = thread["frames"]
-            if "_PyEval_EvalFrameDefault" in [f["name"] for f in frames]:
-                brief += 1
-                python = [(f["name"], f["file"]) for f in frames if f["kind"] == "python"]  # innermost first
-                assert python and python[-1][0].endswith("_bootstrap"), frames  # (qualnames on 3.11+)
-                assert python[0][0] == "brief_work" or python[0][1].endswith("threading.py"), frames
-    assert brief >= 2, "the brief threads were dumped"
+        while brief < 2 and dumps < 8:
+            result = run_nprof("dump", "--pid", str(target.pid), "--json")
+            dumps += 1
+            assert result.returncode == 0, result.stderr
+            for thread in json.loads(result.stdout)["threads"]:
+                if thread["tid"] == target.pid:
+                    continue
+                frames = thread["frames"]
+                if "_PyEval_EvalFrameDefault" in [f["name"] for f in frames]:
+                    brief += 1
+                    python = [(f["name"], f["file"]) for f in frames if f["kind"] == "python"]  # innermost first
+                    assert python and python[-1][0].endswith("_bootstrap"), frames  # (qualnames on 3.11+)
+                    assert python[0][0] == "brief_work" or python[0][1].endswith("threading.py"), frames
+    assert brief >= 2, f"the brief threads were dumped: {brief} in {dumps} dumps"
 
 
 @pytest.mark.parametrize("interp", [p for p in INTERPRETERS if p.id in ("3.8", "3.11", "3.13")])

@@ -36,8 +36,9 @@ class SeizedThread:
     home_lo: int = 0
     home_hi: int = 0
     gone: bool = False
-    #: the signal nprof last resumed this thread with, since its last copy (0: none): its next stop may be
-    #: at that signal's handler's first instruction (``unwind/sigframe.py``)
+    #: the signal nprof last resumed this thread with (0: none): a stop may be at that signal's handler's
+    #: first instruction (``unwind/sigframe.py``). Kept after a copy: a thread resumed and stopped again
+    #: before the scheduler ran it is still there (under load: 7-39 such samples in 2 s at 500 Hz)
     signal_passed: int = 0
     #: bytes of stack its copies take, from rsp up (0: the tracer's first window); grown by ``widen``
     stack_window: int = 0
@@ -109,7 +110,7 @@ class Capture:
     agent_data: StopCopy | None = None  #: the agent's copy (``runtime.StopCopy``), opaque here
     home_base: int = 0  #: where the copy of the top of the thread's own stack starts (``home_len`` bytes)
     home_len: int = 0  #: 0 unless the thread was stopped on another stack
-    #: the signal the thread was resumed with since its previous copy (``SeizedThread.signal_passed``)
+    #: the signal the thread was last resumed with (``SeizedThread.signal_passed``)
     after_signal: int = 0
 
     @property

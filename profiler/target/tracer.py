@@ -347,8 +347,7 @@ class Tracer:
         else:
             n = self._stack_readers[record.pid].read_into(slot.address, base, size, record.tid) if size else 0
         capture = Capture(record, slot, base, n, window > 0 and n - (rsp - base) == window, data)
-        if record.signal_passed:
-            capture.after_signal, record.signal_passed = record.signal_passed, 0
+        capture.after_signal = record.signal_passed
         if window and record.home_hi and not record.home_lo <= rsp < record.home_hi:
             self._copy_home(capture, window)
         return capture

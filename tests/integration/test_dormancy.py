@@ -92,9 +92,12 @@ def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle, monkey
         if cls == SampleClass.RUNNING:
             leafward = tuple(names[f].name for f in reversed(session.stacks.frames(sid)))
             by_thread.setdefault(name, Counter())[leafward[:2]] += n
-    # The worker ran from the go on: nearly every tick since sampled it at work, though it was dormant
+    # The worker ran from the go on: nearly every tick since sampled it at work, though it was dormant. A
+    # tick whose stop came after its window has no sample (the stop is the next tick's): with the CPUs taken
+    # by other programs, the worker waits for one (163 of 236 ticks beside two CPU hogs), and that is counted
+    late_stops = session.counters.get("late_stops", 0)
     at_work = by_thread.get("worker", Counter())[("crunch", "worker_main")]
-    assert at_work >= 0.7 * ticks_at_work, (at_work, ticks_at_work, by_thread.get("worker"))
+    assert at_work + late_stops >= 0.7 * ticks_at_work, (at_work, late_stops, ticks_at_work, by_thread.get("worker"))
     # The thread it started was found without a full listing at every look, and sampled from then on
     late = by_thread.get("late", Counter())[("late_spin", "late_main")]
     assert late >= 0.25 * ticks_at_work, (late, ticks_at_work, by_thread.get("late"))  # (~half of them)
@@ -104,9 +107,11 @@ def test_a_dormant_thread_that_wakes_is_sampled_at_work(dormant_fp, idle, monkey
     assert len(listings) <= seconds + 6, (len(listings), seconds)
     if idle:
         # With --idle every thread alive from the first tick to the last has a sample at every tick: the
-        # dormant ones' deferred samples were all added (a sleeper is stopped once, at the first tick)
+        # dormant ones' deferred samples were all added (a sleeper is stopped once, at the first tick), but
+        # for a tick whose stop came late (a sleeper woken for its stop waits for a CPU under load)
         sleepers = [t for t, info in enumerate(session.threads) if info.name not in ("worker", "late")]
-        assert {per_thread_total[t] for t in sleepers} == {sampler.ticks}
+        totals = {per_thread_total[t] for t in sleepers}
+        assert sampler.ticks - late_stops <= min(totals) <= max(totals) <= sampler.ticks, (totals, late_stops)
 
 
 def test_a_process_let_go_at_an_exec_keeps_its_dormant_threads_samples(dormant_fp, tmp_path):

@@ -157,8 +157,11 @@ def test_a_process_whose_main_thread_exited(main_exits_fp, tmp_path):
     hit, total = share(worker.stacks, lambda s: ends_with(s, ("start_thread", "worker", "spin")))
     assert hit / total >= 0.9, f"{hit}/{total} samples in worker -> spin"
     counters = Session.load(str(tmp_path / "main-exits.nprof")).counters
-    for bad in ("stack_read_errors", "stack_outside_mappings", "late_stops", "threads_not_detached"):
+    for bad in ("stack_read_errors", "stack_outside_mappings", "threads_not_detached"):
         assert not counters.get(bad), counters
+    # the zombie, if it were interrupted, would be late at every tick (it never stops); the worker is late
+    # only when it waits for a CPU (47 of ~150 ticks beside two CPU hogs)
+    assert counters.get("late_stops", 0) < 0.9 * counters["ticks"], counters
     target = subprocess.Popen([main_exits_fp, "30"])
     try:  # the readiness this waits for is the zombie main thread itself
         assert wait_until(lambda: getattr(procfs.read_status(target.pid), "state", None) == "Z", 10)

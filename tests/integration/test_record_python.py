@@ -850,9 +850,13 @@ def test_a_program_holding_copies_of_python_s_objects_has_its_python_frames(inte
     assert "profiling native frames" not in result.stderr and "(0 errors)" in result.stderr, result.stderr
     [profile] = read_speedscope(out)
     chain = ("outer", "middle", "inner")
-    hosted, total = share(profile.detailed, lambda s: subsequence(tuple(n for n, _f, _l in s), ("host_calls_python",
-                                                                                                 *chain)))
-    assert total > 0 and hosted >= 0.95 * total, f"{hosted} of {total} samples show host_calls_python -> {chain}"
+    # of the samples in the host's call into Python (not those of the interpreter's start, whose share of
+    # the 1.5 s grows when other programs take the CPUs: 8% beside two CPU hogs)
+    calling = Counter({s: w for s, w in profile.detailed.items() if "host_calls_python" in (n for n, _f, _l in s)})
+    hosted, total = share(calling, lambda s: subsequence(tuple(n for n, _f, _l in s), ("host_calls_python", *chain)))
+    everything = sum(profile.detailed.values())
+    assert total >= 0.5 * everything, f"{total} of {everything} samples in host_calls_python"
+    assert hosted >= 0.95 * total, f"{hosted} of {total} samples show host_calls_python -> {chain}"
 
 
 def _record_forking_host(

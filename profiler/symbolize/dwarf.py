@@ -5,7 +5,8 @@ the out-of-line function (with the line where its chain of inlined calls starts)
 level (``inlined=True``), the innermost with the address's own line: ``addr2line -f -i -C`` read
 bottom-up; ``[]`` where no CU covers the address. Nothing is read at construction; each CU is parsed when
 an address falls in it, and only the parts that address needs. A corrupt part gives ``[]`` or fewer frames
-for the addresses it covers, and a line in ``notes``.
+for the addresses it covers, and a line in ``notes``. What an address resolved to is kept on disk
+(``frame_store.py``), so a later run reads no DWARF for it.
 The costs and the order of reads: docs/decisions/dwarf-resolution.md."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from profiler.symbolize.dwarf_dies import UnitDies
 from profiler.symbolize.dwarf_forms import Abbrev, UnitFormat, parse_abbrevs
 from profiler.symbolize.dwarf_sections import DebugSections, has_debug_info, load_sections
 from profiler.symbolize.dwarf_units import UnitHeader, read_unit_header
+from profiler.symbolize.frame_store import FrameStore, store_key
 from profiler.symbolize.function_names import FunctionNames
 from profiler.symbolize.line_cache import LineTableStore
 from profiler.symbolize.unit_index import UnitIndex
@@ -62,9 +64,16 @@ class DwarfResolver:
     sections it reads (inflated), and the DIEs and line tables of the units it has parsed.
     """
 
-    def __init__(self, elf: ElfFile, symbols: SymbolTable | None = None, line_cache: TableCache | None = None) -> None:
-        """``line_cache``: where decoded line programs are kept between recordings (``line_cache.py``;
-        default: the user's cache directory)."""
+    def __init__(
+        self,
+        elf: ElfFile,
+        symbols: SymbolTable | None = None,
+        line_cache: TableCache | None = None,
+        frame_cache: TableCache | None = None,
+    ) -> None:
+        """``line_cache``: where decoded line programs are kept between runs (``line_cache.py``; default:
+        the user's cache directory); ``frame_cache``: where each address's frames are (``frame_store.py``;
+        default: nowhere, so that a resolver reads its DWARF unless its caller chose otherwise)."""
         if not has_debug_info(elf):
             raise BinaryError(f"{elf.path}: no DWARF debug info (.debug_info)")
         self.path = elf.path
@@ -79,6 +88,7 @@ class DwarfResolver:
         self._abbrevs: dict[tuple[int, UnitFormat], dict[int, Abbrev]] = {}
         self._names = FunctionNames(self._unit_dies_at)
         self._cache: dict[int, Frames] = {}
+        self._stored = FrameStore(store_key(elf) if frame_cache is not None else None, frame_cache)
         self.notes: list[str] = []
         self.dropped_notes = 0
         self.unexpected_errors = 0
@@ -100,13 +110,19 @@ class DwarfResolver:
             svma = int(address)
             frames = self._cache.get(svma)
             if frames is None:
+                frames = self._stored.get(svma)
+            if frames is None:
                 if deadline is not None and time.monotonic() >= deadline:
                     out.append(None)
                     continue
-                frames = self._cache[svma] = self._resolve_one(svma)
+                frames = self._resolve_one(svma)
+                if not self.notes:  # a file with a part that failed is read again, and says so again
+                    self._stored.put(svma, frames)
+            self._cache[svma] = frames
             out.append(frames)
         if self._line_store is not None:
             self._line_store.save()  # the line programs decoded for these addresses, for the next recording
+        self._stored.save()
         return out
 
     def resolve_one(self, svma: int) -> Frames:

@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from profiler.binary.cache import TableCache
 from profiler.binary.objfile import ObjectFile
 from profiler.binary.plt import PLT_SUFFIX
 from profiler.errors import BinaryError
@@ -190,7 +191,7 @@ def _resolver(obj: ObjectFile) -> DwarfResolver | None:
     if not has_debug_info(elf):
         return None
     try:
-        return DwarfResolver(elf, obj.symbols)
+        return DwarfResolver(elf, obj.symbols, frame_cache=TableCache("frames"))
     except BinaryError:
         return None
 

@@ -1,5 +1,6 @@
 """Decoded line programs kept on disk (``profiler/symbolize/line_cache.py``): a second recording of a file
-decodes none of the programs the first one did, and gets the same frames."""
+decodes none of the programs the first one did, and gets the same frames. And each address's frames kept on
+disk (``frame_store.py``): a second run reads no DWARF for the addresses the first resolved."""
 
 from __future__ import annotations
 
@@ -94,3 +95,53 @@ def test_program_bounds_past_the_rows_discard_the_entry(tmp_path):
     cache.store(key, arrays)
     assert LineTableStore(b"section", cache).get(0x0) is None
     assert cache.stats.discarded == 1
+
+
+def test_a_second_resolver_reads_no_dwarf_for_addresses_the_first_resolved(chain_fp, tmp_path):
+    """``frame_store.py``: a later run takes each address's frames from disk, and opens no debug section."""
+    lines, frames = TableCache("lines", str(tmp_path)), TableCache("frames", str(tmp_path))
+    addresses = function_addresses(chain_fp)
+    first = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames).resolve(addresses)
+    assert any(f and len(f) > 1 for f in first) or any(f and f[-1].line for f in first)
+    assert frames.stats.writes == 1
+    again = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames)
+    assert again.resolve(addresses) == first
+    assert again.units_loaded == 0 and again._sections is None, "no DWARF was read"
+    assert frames.stats.writes == 1  # nothing new to store
+    # an address not stored yet is resolved and joins the entry; the stored ones stay
+    extra = [a + 1 for a in addresses[:3]]
+    third = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames)
+    assert third.resolve(addresses + extra)[: len(addresses)] == first
+    assert frames.stats.writes == 2
+    fourth = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames)
+    assert fourth.resolve(extra) == third.resolve(extra) and fourth.units_loaded == 0
+
+
+def test_a_frame_entry_that_does_not_fit_is_discarded_and_resolved_again(chain_fp, tmp_path):
+    lines, frames = TableCache("lines", str(tmp_path)), TableCache("frames", str(tmp_path))
+    addresses = function_addresses(chain_fp)
+    first = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames).resolve(addresses)
+    [entry] = list((tmp_path / "frames-v1").iterdir())
+    key = entry.name.removesuffix(".npz")
+    arrays = frames.load(key)
+    assert arrays
+    arrays["names"] = arrays["names"] + len(arrays["string_ends"])  # every name out of the string table
+    frames.store(key, arrays)
+    again = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames)
+    assert again.resolve(addresses) == first
+    assert frames.stats.discarded == 1 and again.units_loaded > 0
+
+
+def test_a_file_changed_since_is_not_taken_for_the_stored_one(chain_fp, tmp_path):
+    """The key holds the file's size and mtime: ``objcopy`` or ``strip`` keep the build-id."""
+    import os
+    import shutil
+
+    copy = str(tmp_path / "chain")
+    shutil.copy2(chain_fp, copy)
+    frames = TableCache("frames", str(tmp_path))
+    DwarfResolver(ElfFile(copy), frame_cache=frames).resolve(function_addresses(copy))
+    os.utime(copy, ns=(0, 0))
+    again = DwarfResolver(ElfFile(copy), frame_cache=frames)
+    again.resolve(function_addresses(copy))
+    assert again.units_loaded > 0 and frames.stats.writes == 2

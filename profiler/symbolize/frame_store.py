@@ -1,0 +1,191 @@
+"""The frames DWARF gave for each address, kept on disk: a warm ``nprof dump`` reads no DWARF at all.
+
+Resolving an address first needs the file's debug sections (inflated when compressed), its unit index,
+and the DIEs and inline tree of the unit it falls in: ~0.2 s of a 0.5 s ``nprof dump`` of a CPython
+process, each time, though a Python program's native frames are mostly the same call sites of its
+interpreter from one dump to the next (docs/decisions/dwarf-frame-store.md).
+
+* Key: the file's ``cache_key`` (its build-id), with the sizes of its DWARF sections, its own size and
+  mtime, and ``RESOLVER_VERSION``. A file changed after it was linked (strip, objcopy) keeps its build-id;
+  its sizes or mtime change. (A digest of the sections, as ``line_cache.py`` takes, costs 30-60 ms for
+  libpython's ``.debug_info`` alone: the price of the cold path, paid on the warm one.)
+* Stored through ``TableCache("frames")`` (``binary/cache.py``: versioned, atomic, numbers only): per
+  address its rows; per row a name and a file (indexes into one table of UTF-8 strings), a line and
+  whether it is inlined. Strings are decoded when an address is looked up, not at load.
+* An entry whose arrays do not have the expected types or whose indexes do not fit is discarded whole.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+
+from profiler.binary.cache import Arrays, TableCache, cache_key
+from profiler.binary.elf import ElfFile
+from profiler.model import FrameInfo
+
+#: bump when what ``DwarfResolver`` returns for an address changes (names, files, lines, inlining)
+RESOLVER_VERSION = 1
+#: addresses kept per file: ~60 bytes each with their frames and names, so an entry stays under ~16 MB
+#: (a 60 s recording of a Python program calling json, re and sqlite3 resolved ~9,000 native addresses)
+MAX_ADDRESSES = 262_144
+#: the DWARF sections whose sizes are part of the key
+_SECTIONS = (".debug_info", ".debug_abbrev", ".debug_line", ".debug_str", ".debug_line_str", ".debug_ranges",
+             ".debug_rnglists", ".debug_aranges", ".debug_addr", ".debug_str_offsets")  # fmt: skip
+
+_ARRAYS = (("addresses", np.uint64), ("address_ends", np.int64), ("names", np.int64), ("files", np.int64),
+           ("lines", np.int64), ("inlined", np.bool_), ("strings", np.uint8), ("string_ends", np.int64))  # fmt: skip
+
+Frames = list[FrameInfo]
+
+
+def store_key(elf: ElfFile) -> str | None:
+    """The key of ``elf``'s entry, or None for bytes not read from a file (the vdso)."""
+    try:
+        stat = os.stat(elf.path)
+    except (OSError, ValueError):
+        return None
+    sizes = "-".join(str(elf.sections[name].sh_size) if name in elf.sections else "0" for name in _SECTIONS)
+    stem = cache_key(elf.build_id, elf.path, stat.st_size, stat.st_mtime_ns)
+    return f"resolver-{RESOLVER_VERSION}-{stem}-{stat.st_size}-{stat.st_mtime_ns}-{sizes}"
+
+
+class FrameStore:
+    """The frames of one file's addresses: those stored by earlier runs (read at the first ``get``), and
+    those this run resolves (``put``; written by ``save``)."""
+
+    def __init__(self, key: str | None, cache: TableCache | None) -> None:
+        """``key`` None (or no enabled ``cache``): nothing is stored or read."""
+        self._key = key if cache is not None and cache.enabled else None
+        self._cache = cache
+        self._stored: Arrays | None = None
+        self._strings: dict[int, str] = {}
+        self._new: dict[int, Frames] = {}
+
+    def get(self, svma: int) -> Frames | None:
+        """The stored frames of ``svma``, or None if it was never stored."""
+        if self._key is None:
+            return None
+        if self._stored is None:
+            self._stored = self._load()
+        addresses = self._stored["addresses"]
+        at = int(np.searchsorted(addresses, np.uint64(svma)))
+        if at >= len(addresses) or int(addresses[at]) != svma:
+            return None
+        ends = self._stored["address_ends"]
+        start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
+        names, files = self._stored["names"], self._stored["files"]
+        lines, inlined = self._stored["lines"], self._stored["inlined"]
+        return [
+            FrameInfo(self._string(int(names[row])), self._string(int(files[row])) if files[row] >= 0 else None,
+                      int(lines[row]) or None, None, inlined=bool(inlined[row]))
+            for row in range(start, end)
+        ]  # fmt: skip
+
+    def put(self, svma: int, frames: Frames) -> None:
+        if self._key is not None:
+            self._new[svma] = frames
+
+    def save(self) -> None:
+        """Write the stored and the new addresses together, if there are new ones and room for them."""
+        if self._key is None or not self._new:
+            return
+        stored = self._stored if self._stored is not None else self._load()
+        new, self._new = self._new, {}
+        if len(stored["addresses"]) + len(new) > MAX_ADDRESSES:
+            return  # what is stored stays; the rest is resolved again each time
+        arrays = _merged(stored, new, self._string)
+        assert self._cache is not None
+        if self._cache.store(self._key, arrays):
+            self._stored, self._strings = arrays, {}
+
+    def _string(self, index: int) -> str:
+        text = self._strings.get(index)
+        if text is None:
+            assert self._stored is not None
+            ends = self._stored["string_ends"]
+            start = int(ends[index - 1]) if index else 0
+            raw = self._stored["strings"][start : int(ends[index])].tobytes()
+            text = self._strings[index] = raw.decode("utf-8", "surrogateescape")
+        return text
+
+    def _load(self) -> Arrays:
+        assert self._key is not None and self._cache is not None
+        arrays = self._cache.load(self._key)
+        if arrays is None:
+            return _empty()
+        if not _well_formed(arrays):
+            self._cache.discard(self._key)
+            return _empty()
+        return arrays
+
+
+def _empty() -> Arrays:
+    return {name: np.zeros(0, dtype=dtype) for name, dtype in _ARRAYS}
+
+
+def _merged(stored: Arrays, new: dict[int, Frames], stored_string: Callable[[int], str]) -> Arrays:
+    """The stored addresses and the new ones, sorted, with one string table for both."""
+    frames: dict[int, Frames] = dict(new)
+    if len(stored["addresses"]):
+        ends = stored["address_ends"]
+        for at, svma in enumerate(stored["addresses"].tolist()):
+            start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
+            frames.setdefault(svma, [
+                FrameInfo(stored_string(int(stored["names"][row])),
+                          stored_string(int(stored["files"][row])) if stored["files"][row] >= 0 else None,
+                          int(stored["lines"][row]) or None, None, inlined=bool(stored["inlined"][row]))
+                for row in range(start, end)
+            ])  # fmt: skip
+    strings: dict[str, int] = {}
+
+    def index(text: str) -> int:
+        return strings.setdefault(text, len(strings))
+
+    order = sorted(frames)
+    rows = [f for svma in order for f in frames[svma]]
+    names = [index(f.name) for f in rows]
+    files = [index(f.file) if f.file is not None else -1 for f in rows]
+    encoded = [text.encode("utf-8", "surrogateescape") for text in strings]
+    blob = b"".join(encoded)
+    return {
+        "addresses": np.array(order, dtype=np.uint64),
+        "address_ends": np.cumsum([len(frames[svma]) for svma in order], dtype=np.int64),
+        "names": np.array(names, dtype=np.int64),
+        "files": np.array(files, dtype=np.int64),
+        "lines": np.array([f.line or 0 for f in rows], dtype=np.int64),
+        "inlined": np.array([f.inlined for f in rows], dtype=np.bool_),
+        "strings": np.frombuffer(blob, dtype=np.uint8).copy(),
+        "string_ends": np.cumsum([len(e) for e in encoded], dtype=np.int64),
+    }
+
+
+def _well_formed(arrays: Arrays) -> bool:
+    """Every array is one-dimensional and of its dtype; addresses sorted and unique; the row bounds rise to
+    the row count; every name and file index is in the string table; the string bounds fit the blob."""
+    for name, dtype in _ARRAYS:
+        column = arrays.get(name)
+        if column is None or column.dtype != dtype or column.ndim != 1:
+            return False
+    addresses = cast("npt.NDArray[np.uint64]", arrays["addresses"])
+    ends, string_ends, names, files = (cast("npt.NDArray[np.int64]", arrays[name])
+                                       for name in ("address_ends", "string_ends", "names", "files"))  # fmt: skip
+    rows = len(names)
+    if len(addresses) != len(ends) or any(len(arrays[n]) != rows for n in ("files", "lines", "inlined")):
+        return False
+    if len(addresses) > 1 and not bool(np.all(addresses[1:] > addresses[:-1])):
+        return False
+    if not _rising_to(ends, rows) or not _rising_to(string_ends, len(arrays["strings"])):
+        return False
+    count = len(string_ends)
+    return bool(np.all((names >= 0) & (names < count)) and np.all((files >= -1) & (files < count)))
+
+
+def _rising_to(ends: npt.NDArray[np.int64], total: int) -> bool:
+    if not len(ends):
+        return total == 0
+    return bool(ends[0] >= 0 and not np.any(np.diff(ends) < 0) and int(ends[-1]) == total)

@@ -71,6 +71,8 @@ class ElfFile:
 
     def __init__(self, path: str, data: bytes | None = None, display_path: str | None = None) -> None:
         self.path = display_path or path
+        #: the path it was opened by in nprof's namespace (``/proc/PID/root/…``); None for bytes (the vdso)
+        self.opened_path: str | None = path if data is None else None
         self._file = None
         try:
             if data is None:

@@ -22,8 +22,6 @@ import bisect
 import re
 from dataclasses import dataclass
 
-import capstone
-
 #: the frame is set up: rbp points at (saved rbp, return address) of this function
 FRAME_SET = -1
 
@@ -121,6 +119,8 @@ class FunctionLayout:
     99.8% and 99.5% of the instructions compared, 97.3% and 96.2% with the body state alone."""
 
     def __init__(self, code: bytes, start: int) -> None:
+        import capstone  # at the first function analysed (``callsite.py`` says why)
+
         md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         instructions = list(md.disasm_lite(code, start))
         end = start + len(code)

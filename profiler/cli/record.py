@@ -36,6 +36,7 @@ from profiler.runtime import Agent
 from profiler.sampling import niceness, priority
 from profiler.sampling.frame_names import name_frames
 from profiler.sampling.sampler import EndReason, Sampler
+from profiler.symbolize.prefetch import FEED_INTERVAL, DwarfPrefetch
 from profiler.target import procfs
 from profiler.target.launch import LaunchedCommand
 from profiler.target.tracing_thread import TracingThread
@@ -260,12 +261,18 @@ def _sample(sampler: Sampler, stop: StopFlag) -> Exception | None:
     same."""
     status = StatusLine(sampler)
     failure: Exception | None = None
+    prefetch = DwarfPrefetch()  # the frames' DWARF read meanwhile, not after the end
+    fed = 0.0 if sampler.config.native and prefetch.start() else math.inf  # (ticks' times: since the start)
     try:
         for tick in sampler.run(stop):
             status.update(tick)
+            if tick.time >= fed + FEED_INTERVAL:
+                fed = tick.time
+                prefetch.feed(sampler.session.frames.columns(), sampler.modules.objects)
     except Exception as e:
         failure = e
     finally:
+        prefetch.close()
         status.clear()
         sampler.close(detach=False)
     return failure

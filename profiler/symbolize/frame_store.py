@@ -45,12 +45,14 @@ Frames = list[FrameInfo]
 
 def store_key(elf: ElfFile) -> str | None:
     """The key of ``elf``'s entry, or None for bytes not read from a file (the vdso)."""
+    if elf.opened_path is None:
+        return None
     try:
-        stat = os.stat(elf.path)
+        stat = os.stat(elf.opened_path)
     except (OSError, ValueError):
         return None
     sizes = "-".join(str(elf.sections[name].sh_size) if name in elf.sections else "0" for name in _SECTIONS)
-    stem = cache_key(elf.build_id, elf.path, stat.st_size, stat.st_mtime_ns)
+    stem = cache_key(elf.build_id, elf.opened_path, stat.st_size, stat.st_mtime_ns)
     return f"resolver-{RESOLVER_VERSION}-{stem}-{stat.st_size}-{stat.st_mtime_ns}-{sizes}"
 
 

@@ -171,7 +171,7 @@ class _DwarfFrames:
         if obj is None or time.monotonic() >= self.deadline:
             return [None] * len(rels)
         if id(obj) not in self._resolvers:
-            self._resolvers[id(obj)] = _resolver(obj)
+            self._resolvers[id(obj)] = dwarf_resolver(obj)
         resolver = self._resolvers[id(obj)]
         if resolver is None:
             return [None] * len(rels)
@@ -185,7 +185,7 @@ class _DwarfFrames:
         return frames
 
 
-def _resolver(obj: ObjectFile) -> DwarfResolver | None:
+def dwarf_resolver(obj: ObjectFile) -> DwarfResolver | None:
     """The DWARF of ``obj``'s debug file, else of ``obj`` itself; None if neither has any."""
     elf = obj.debug_elf if obj.debug_elf is not None and has_debug_info(obj.debug_elf) else obj.elf
     if not has_debug_info(elf):

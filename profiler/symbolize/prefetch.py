@@ -1,0 +1,157 @@
+"""DWARF resolution while a recording runs, in a process of its own at idle priority, so that the end of
+the recording finds the frames on disk (``frame_store.py``) instead of reading DWARF then.
+
+The recording's frames are named at its end (DESIGN.md section 2, rule 2), and reading DWARF for them was
+most of the time between the end and the command's return: 0.6-1.1 s after 2 s of a Python program calling
+json (docs/decisions/start-up-latency.md). The sampler cannot do it between ticks (a unit takes up to
+80 ms to read, a tick's period is 10 ms), nor can a thread of nprof's: it would hold the GIL while the
+tracing thread holds a target's thread stopped. So ``DwarfPrefetch`` hands the addresses of new native
+frames, a batch every ``FEED_INTERVAL``, to ``python -m profiler.symbolize.prefetch``, which resolves
+them with the resolver the symbolizer builds (``symbolizer.dwarf_resolver``) and stores them.
+
+The worker runs under ``SCHED_IDLE``: it takes only CPU time no one else wants, so a target that keeps
+every CPU busy is not slowed, and then the end of the recording resolves what the worker did not. It is
+a cache filler: a batch it cannot take (its pipe full) is dropped, it exits when its pipe closes, and its
+failures are its own (the end of the recording resolves everything anyway).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy.typing as npt
+import orjson
+
+from profiler.binary.objfile import ObjectFile
+from profiler.model import FrameKind
+
+#: seconds between two batches: a recording's new frames come mostly in its first second
+FEED_INTERVAL = 0.5
+
+
+class DwarfPrefetch:
+    """The recording's side: starts the worker, and feeds it the native frames not fed yet."""
+
+    def __init__(self) -> None:
+        self._worker: subprocess.Popen[bytes] | None = None
+        self._fed = 0  #: frames of the frame table already looked at
+        self.batches = self.dropped = 0
+
+    def start(self) -> bool:
+        """Start the worker; False (and nothing prefetched) if it cannot be started."""
+        try:
+            self._worker = subprocess.Popen(
+                [sys.executable, "-m", "profiler.symbolize.prefetch"], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        except OSError:
+            return False
+        assert self._worker.stdin is not None
+        os.set_blocking(self._worker.stdin.fileno(), False)
+        return True
+
+    def feed(self, columns: Mapping[str, npt.NDArray[Any]], objects: Mapping[int, ObjectFile]) -> None:
+        """Hand over the native frames of the frame table (``FrameTable.columns``) past those already fed."""
+        if self._worker is None or self._worker.stdin is None:
+            return
+        start, self._fed = self._fed, len(columns["kind"])
+        kinds, module_ids, addresses = (columns[name][start : self._fed].tolist()
+                                        for name in ("kind", "module", "address"))  # fmt: skip
+        by_object: dict[int, list[int]] = defaultdict(list)
+        owners: dict[int, ObjectFile] = {}
+        for kind, mid, address in zip(kinds, module_ids, addresses):
+            obj = objects.get(mid) if kind == FrameKind.NATIVE else None
+            if obj is not None:
+                by_object[id(obj)].append(address)
+                owners[id(obj)] = obj
+        for key, rels in by_object.items():
+            obj = owners[key]
+            if obj.elf.opened_path is None:
+                continue  # (the vdso: no DWARF)
+            line = orjson.dumps({"opened": obj.elf.opened_path, "path": obj.path, "root": obj.root,
+                                 "target_root": obj.target_root, "rels": rels})  # fmt: skip
+            self._send(line + b"\n")
+
+    def _send(self, line: bytes) -> None:
+        assert self._worker is not None and self._worker.stdin is not None
+        try:
+            written = os.write(self._worker.stdin.fileno(), line)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EPIPE):
+                raise
+            written = 0
+        if written == len(line):
+            self.batches += 1
+            return
+        self.dropped += 1
+        if written:  # half a line in the pipe: the worker would misread the rest; it is done with
+            self.close()
+
+    def close(self, wait: float = 0.0) -> bool:
+        """Close the worker's pipe: it ends after the batch it is on, waited for ``wait`` seconds at most
+        (a recording does not wait). Whether it has ended."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return True
+        if worker.stdin is not None:
+            try:
+                worker.stdin.close()
+            except OSError:
+                pass
+            worker.stdin = None  # (Popen's own cleanup would close it again)
+        try:
+            worker.wait(wait)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+
+def _serve(lines: Sequence[bytes] | None = None) -> None:
+    """The worker: resolve each batch read from standard input, until it closes."""
+    from profiler.binary.elf import ElfFile
+    from profiler.errors import BinaryError
+    from profiler.symbolize.dwarf import DwarfResolver
+    from profiler.symbolize.symbolizer import dwarf_resolver
+
+    resolvers: dict[str, DwarfResolver | None] = {}
+    for line in lines if lines is not None else sys.stdin.buffer:
+        try:
+            batch = orjson.loads(line)
+            opened, path, root = str(batch["opened"]), str(batch["path"]), str(batch["root"])
+            target_root, rels = batch["target_root"], [int(r) for r in batch["rels"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+        if opened not in resolvers:
+            resolvers[opened] = None
+            try:
+                obj = ObjectFile(ElfFile(opened, display_path=path), root=root)
+            except BinaryError:
+                continue
+            obj.target_root = str(target_root) if target_root is not None else None
+            resolvers[opened] = dwarf_resolver(obj)
+        resolver = resolvers[opened]
+        if resolver is not None:
+            resolver.resolve(rels)  # (stored by the resolver: ``frame_store.py``)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the recording's to answer; the pipe ends this
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
+        os.nice(19)
+    try:
+        _serve()
+    except Exception:  # noqa: BLE001 - a cache filler: the end of the recording resolves everything anyway
+        pass
+
+
+if __name__ == "__main__":
+    main()

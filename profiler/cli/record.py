@@ -229,7 +229,8 @@ def run(args: argparse.Namespace, agent_factory: AgentFactory = lambda objects: 
                     tracing.call(sampler.add_launched, pid)
                 else:
                     tracing.call(sampler.add_process, pid, trace_exec=True)
-                stop.raise_if_stopped()
+                # attached: from here on a signal ends the recording at its next tick, and what was sampled
+                # (maybe nothing yet) is written, as for a signal later on
             except BaseException as e:
                 if child is not None:
                     tracing.call(child.give_up)

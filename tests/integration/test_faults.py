@@ -177,6 +177,40 @@ def test_a_signal_while_nprof_starts_the_command_ends_it_before_it_runs(tmp_path
     assert not ran.exists() and not out.exists()
 
 
+#: nprof that signals itself (SIGINT or SIGTERM, its first argument) the moment its attach is done
+SIGNALLED_ONCE_ATTACHED = """
+import os, signal, sys
+from profiler.sampling import sampler as sampling
+
+name, add_process = sys.argv.pop(1), sampling.Sampler.add_process
+
+def signalled(self, *args, **kwargs):
+    added = add_process(self, *args, **kwargs)
+    os.kill(os.getpid(), getattr(signal, name))
+    return added
+
+sampling.Sampler.add_process = signalled
+from profiler.entry import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_once_attached_writes_what_was_sampled(chain_fp, tmp_path, sig):
+    """From the attach on, a signal ends the recording and what was sampled is written, however little:
+    before, a signal between the attach and the first tick said "nothing was recorded" and wrote nothing.
+    The target runs on, untraced."""
+    out = tmp_path / "p.speedscope.json"
+    with running_target([chain_fp]) as target:
+        result = run_nprof_with(SIGNALLED_ONCE_ATTACHED, tmp_path, signal.Signals(sig).name, "record", "--pid",
+                                str(target.pid), "-o", str(out))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"stopped by {signal.Signals(sig).name}" in result.stderr, result.stderr
+        assert "nothing was recorded" not in result.stderr and "Traceback" not in result.stderr
+        assert out.exists() and (tmp_path / "p.nprof").exists()
+        assert_running_free(target.pid)
+
+
 #: nprof that sends SIGINT to the command it forked, alone, while the command waits to be let exec
 CHILD_SIGNALLED_BEFORE_ITS_EXEC = """
 import os, signal, sys

@@ -30,8 +30,8 @@ from collections.abc import Collection, Iterable, Sequence
 
 from profiler.errors import PermissionDenied, TargetError, UsageError
 from profiler.target import ptrace as pt
+from profiler.target.eligibility import executable_architecture, foreign_architecture_error
 from profiler.target.permissions import diagnose_attach_failure, has_cap_sys_ptrace
-from profiler.target.process import executable_architecture, foreign_architecture_error
 
 #: the exit status of a child whose exec failed, as a POSIX shell gives a command it cannot run; what it
 #: failed with goes to the parent through the report pipe

@@ -5,12 +5,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
-import struct
 from collections.abc import Callable
 
-from profiler.errors import NoSuchProcess, TargetError
 from profiler.target import procfs
+from profiler.target.eligibility import check_profilable, executable_architecture
 from profiler.target.libc import syscall
 from profiler.target.maps import Mapping, MappingIndex, executable_lines, read_maps
 from profiler.target.permissions import diagnose_attach_failure
@@ -20,45 +18,6 @@ from profiler.target.ptrace import StackReader
 #: and KCMP_VM from linux/kcmp.h: "do the two processes share one address space"
 SYS_KCMP = 312
 KCMP_VM = 1
-
-EM_X86_64 = 62  # ELF gABI e_machine
-_EI_CLASS_64 = 2
-_MACHINE_NAMES = {3: "i386", 40: "ARM", 183: "AArch64", 243: "RISC-V", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64"}
-
-
-def foreign_architecture(header: bytes) -> str | None:
-    """Describe the executable's architecture from its ELF header if it is not x86-64, else None.
-
-    e_ident[EI_CLASS] (byte 4) and e_machine (bytes 18-19) per the ELF gABI; a file that is not ELF (a
-    script's interpreter is what runs) yields None.
-    """
-    if len(header) < 20 or header[:4] != b"\x7fELF":
-        return None
-    (machine,) = struct.unpack_from("<H", header, 18)
-    if machine == EM_X86_64 and header[4] == _EI_CLASS_64:
-        return None
-    name = _MACHINE_NAMES.get(machine, f"e_machine {machine}")
-    bits = "64" if header[4] == _EI_CLASS_64 else "32"
-    return f"a {bits}-bit {name} executable"
-
-
-def executable_architecture(path: str) -> str | None:
-    """``foreign_architecture`` of the executable at ``path``; None too when it cannot be read (whatever
-    runs it next reports that: the exec, or the attach with a diagnosis)."""
-    try:
-        with open(path, "rb") as f:
-            return foreign_architecture(f.read(20))
-    except OSError:
-        return None
-
-
-def foreign_architecture_error(subject: str, problem: str) -> TargetError:
-    """The error for a program of another architecture: ``subject`` ("Process 12 runs", "prog is")."""
-    return TargetError(
-        f"{subject} {problem}; nprof profiles x86-64 (64-bit) programs only.",
-        "Rebuild the program for x86-64, or use a profiler for its architecture.",
-    )
-
 
 def shares_memory(pid: int, child: int) -> bool:
     """Whether ``child`` runs in ``pid``'s address space: a vfork child before its exec (``subprocess`` and
@@ -75,11 +34,7 @@ class TargetProcess:
         self.pid = pid
         #: stopped by job control (SIGSTOP, SIGTSTP, Ctrl-Z) when first looked at: once seized, its threads
         #: show as in a tracing stop (proc(5) "t") instead, and nprof leaves them stopped
-        self.job_stopped = False
-        self._check_exists()
-        self._check_not_self()
-        self._check_kernel_thread()
-        self._check_architecture()
+        self.job_stopped = check_profilable(pid).state == "T"
         self.cmdline = procfs.read_cmdline(pid)
         self.comm = procfs.read_comm(pid)
         self.exe = procfs.exe_path(pid) or ""
@@ -97,59 +52,11 @@ class TargetProcess:
         except PermissionError as e:  # the attach's own rules, checked first (a non-dumpable process, an LSM)
             raise diagnose_attach_failure(pid, e.errno or errno.EACCES, reading=f"/proc/{pid}/maps") from None
 
-    # --- checks -----------------------------------------------------------------------------------------
-
-    def _check_exists(self) -> None:
-        if self.pid <= 0 or not os.path.exists(f"/proc/{self.pid}"):
-            raise NoSuchProcess(self.pid)
-        status = procfs.read_status(self.pid)
-        if status is None:
-            raise NoSuchProcess(self.pid)
-        if status.state == "Z" and len(procfs.list_threads(self.pid)) > 1:
-            raise TargetError(
-                f"Process {self.pid} ({status.name}): its main thread has exited (it called pthread_exit) while "
-                "its other threads run on; ptrace cannot attach to an exited main thread, so nprof cannot "
-                "attach to this process.",
-                "Start the program under nprof instead (nprof record -- COMMAND), which traces it from its start.",
-            )
-        if status.state == "Z":
-            raise TargetError(
-                f"Process {self.pid} ({status.name}) is a zombie: it has exited and only waits for its "
-                "parent to collect its status, so it has no threads to sample.",
-            )
-        self.job_stopped = status.state == "T"
-
-    def _check_not_self(self) -> None:
-        if self.pid == os.getpid():  # ptrace(2): the kernel refuses to let a thread group trace itself
-            raise TargetError(
-                f"Process {self.pid} is this nprof itself; a process cannot trace its own threads.",
-                "Give the pid of the program to profile, or start it under nprof: nprof record -- CMD ARGS...",
-            )
-
-    def _check_kernel_thread(self) -> None:
-        if procfs.is_kernel_thread(self.pid):
-            name = procfs.read_comm(self.pid)
-            raise TargetError(
-                f"Process {self.pid} ({name}) is a kernel thread; nprof samples user-space processes.",
-                "To profile the kernel, use `perf record -a -g`.",
-            )
-
-    def _check_architecture(self) -> None:
-        host = platform.machine()
-        if host != "x86_64":
-            raise TargetError(
-                f"nprof runs on x86-64 only; this machine is {host}.",
-                "Other architectures need their own register and unwind rules, which nprof does not have yet.",
-            )
-        problem = self.foreign_architecture()
-        if problem is not None:
-            raise foreign_architecture_error(f"Process {self.pid} runs", problem)
+    # --- views ------------------------------------------------------------------------------------------
 
     def foreign_architecture(self) -> str | None:
         """What the program the process runs is, if not x86-64 (``executable_architecture``)."""
         return executable_architecture(f"/proc/{self.pid}/exe")
-
-    # --- views ------------------------------------------------------------------------------------------
 
     @property
     def root_path(self) -> str:

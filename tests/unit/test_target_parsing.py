@@ -7,8 +7,8 @@ import signal
 
 from agents.cpython.detect import interpreter_mapping
 from profiler.target import ptrace as pt
+from profiler.target.eligibility import foreign_architecture
 from profiler.target.maps import MappingIndex, parse_maps
-from profiler.target.process import foreign_architecture
 from profiler.target.procfs import printable, split_stat
 from tests.support.elf32 import i386_pause_binary
 

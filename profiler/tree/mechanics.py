@@ -14,8 +14,9 @@ waiter) is handing over, not waiting (``LOCK_RELEASE``).
 The order is the one ``StackDisplays`` shows: each frame's function, then the calls inlined at it; an
 interpreter frame's inlined calls after the runtime frames it runs (CPython's ``eval_frame_handle_pending``
 inlined into the eval loop, calling ``drop_gil``). Worked out over the prefix tree for all stacks at once, a
-level at a time from the leaves (``tree_levels``), as ``totals.py`` does; ``tests/unit/test_mechanics.py``
-checks it against each stack shown, one at a time.
+level at a time from the leaves, as ``totals.py`` does, until each stack is decided and its innermost runtime
+frame found (most within a few frames of the leaf); ``tests/unit/test_top_table.py`` checks it against each
+stack shown, one at a time.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from profiler.model import FrameInfo, FrameKind, Mechanism
-from profiler.tree.display import StackDisplays, tree_levels
+from profiler.tree.display import StackDisplays
 
 #: the order of ``Mechanism``'s members: code ``i + 1`` is ``MECHANISMS[i]``; 0 is none
 MECHANISMS = list(Mechanism)
@@ -124,8 +125,9 @@ def stack_mechanics(
         rows, found, release = rows[hit], found[hit], release[hit] | released[rows[hit]]
         code[rows] = np.where((found == _WAIT) & release, np.int8(_HANDOFF), found)
 
-    for index, fids in tree_levels(sids, parent, frame):
-        fids = fids.astype(np.int64)
+    index, node = np.arange(n, dtype=np.int64), sids.astype(np.int64)
+    while len(node):  # (``tree_levels``, leaving out the stacks already decided whose runtime leaf is known)
+        fids = frame[node].astype(np.int64)
         runtime = scan.runtime[fids]
         shown = scan.runtime_shown[fids]
         first = runtime & (shown >= 0) & (runtime_leaf[index] < 0)
@@ -157,6 +159,9 @@ def stack_mechanics(
         rows = index[joins]
         unset = run_leaf[rows] < 0
         run_leaf[rows[unset]] = fids[joins][unset]
+        node = parent[node]
+        up = (node >= 0) & ((code[index] == 0) | (runtime_leaf[index] < 0))
+        index, node = index[up], node[up]
     # walks that ended in a run of runtime frames (a root of Python frames, as with --no-native)
     rows = np.nonzero((code == 0) & in_run & (run_leaf >= 0))[0]
     decide(rows, scan.whole[run_leaf[rows]], np.zeros(len(rows), dtype=bool))

@@ -176,6 +176,18 @@ class UnwoundStack:
     sps: list[int] = field(default_factory=list)
 
 
+class Mechanism(enum.Enum):
+    """A piece of a managed runtime's own machinery that a frame is part of, which the summary table names
+    as one line instead of leaving its time to the C functions it ends in (``tree/mechanics.py``): a web
+    app's top line was ``32.1% __GI___lll_lock_wake (libc.so.6)``, its threads handing the GIL over, with
+    nothing saying so. The value is the line's name; the agent that knows the runtime marks the frames."""
+
+    GIL_HANDOFF = "GIL hand-off"  #: releasing the lock to another thread (CPython's drop_gil and its wake-ups)
+    GIL_WAIT = "waiting for the GIL"  #: in the wait to take the lock (take_gil)
+    GC = "garbage collection"  #: the cyclic garbage collector's passes
+    IMPORT = "import"  #: the import machinery (importlib, PyImport_*)
+
+
 @dataclass(frozen=True)
 class FrameInfo:
     """What a frame is called, resolved once per unique frame at the end of a recording."""
@@ -186,3 +198,4 @@ class FrameInfo:
     module: str | None = None  #: short module name, e.g. "libc.so.6" or "python3.12"
     inlined: bool = False  #: an inlined function expanded from its caller's address
     interpreter: bool = False  #: a runtime's own glue between its eval loop and C calls (--hide-interpreter)
+    mechanism: Mechanism | None = None  #: the runtime's machinery the function is part of (the summary's lines)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
+from profiler.model import FrameInfo, Mechanism, NativeFrame, RuntimeFrame
 
 if TYPE_CHECKING:
     from profiler.target.process import TargetProcess
@@ -129,6 +129,15 @@ class InterpreterGlue(Protocol):
     def is_interpreter_frame(self, frame: NativeFrame) -> bool: ...
 
     def is_interpreter_function(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class RuntimeMechanics(Protocol):
+    """The runtime's own machinery (``Mechanism``: its lock's hand-off and wait, its garbage collector, its
+    imports) that function ``name`` at native ``frame`` is part of: the frame's own function, or a call DWARF
+    says is inlined at it. Runtime frames carry theirs in ``describe``. For the summary table."""
+
+    def mechanism(self, frame: NativeFrame, name: str) -> Mechanism | None: ...
 
 
 @runtime_checkable

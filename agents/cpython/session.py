@@ -23,11 +23,12 @@ from agents.cpython.detect import Interpreter
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
 from agents.cpython.marks import ActivationMarks
+from agents.cpython.mechanics import InterpreterMechanics, python_mechanism
 from agents.cpython.scatter import Readv, ScatterReader
 from agents.cpython.slot import ThreadSlot
 from agents.cpython.thread_names import ThreadingNames
 from agents.cpython.threads import innermost_frame
-from profiler.model import FrameInfo, NativeFrame, RuntimeFrame
+from profiler.model import FrameInfo, Mechanism, NativeFrame, RuntimeFrame
 from profiler.runtime import RECAPTURE, StopCopy
 from profiler.target.process import TargetProcess
 from profiler.target.ptrace import raw_process_vm_readv
@@ -112,6 +113,7 @@ class CPythonSession:
         self._names: ThreadingNames | None = None
         self._names_time = -NAMES_MAX_AGE
         self._name_cache: dict[int, str] = {}
+        self._mechanics: InterpreterMechanics | None = None  #: made when the frames are named (``mechanism``)
         self.refresh(force=True)
 
     @property
@@ -456,7 +458,7 @@ class CPythonSession:
         info = self.codes.get(frame.code)
         if info is None:
             return FrameInfo("<unknown Python code>")
-        return FrameInfo(info.name, info.filename, info.line(frame.offset))
+        return FrameInfo(info.name, info.filename, info.line(frame.offset), mechanism=python_mechanism(info.filename))
 
     # --- native frames -----------------------------------------------------------------------------------
 
@@ -508,6 +510,13 @@ class CPythonSession:
         """The same call glue by name, for its copies inlined into other functions (``--hide-interpreter``):
         ``PyObject_Vectorcall`` inlined into ``builtin_sorted``, ``_PyObject_VectorcallTstate`` into most."""
         return is_call_glue(name)
+
+    def mechanism(self, frame: NativeFrame, name: str) -> Mechanism | None:
+        """The interpreter's machinery (GIL, garbage collector, import) that function ``name`` at ``frame``
+        is part of, for the summary table (``mechanics.py``)."""
+        if self._mechanics is None:
+            self._mechanics = InterpreterMechanics(self.interpreter.obj.symbols, self.interpreter.bias)
+        return self._mechanics.of(frame.avma, name)
 
     def is_coroutine_base(self, name: str) -> bool:
         """A function at the base of a coroutine's own C stack: greenlet's ``g_initialstub`` (``anchors.py``)."""

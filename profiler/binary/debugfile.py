@@ -9,13 +9,16 @@ Separate Files"):
 
 Paths are looked up under ``root`` first (``/proc/PID/root`` for a target in another mount namespace,
 whose debug files live in its own filesystem), then on the host (``/``), where debug packages for the
-same build-ids may be installed. Pure file-system work, no pid.
+same build-ids may be installed. Last, by build-id, in debuginfod's client cache, where
+``debuginfod-find debuginfo BUILD-ID`` (and gdb, with ``DEBUGINFOD_URLS`` set) puts what a debuginfod
+server has: ``<cache>/<build-id>/debuginfo`` (debuginfod-find(1), "CACHE"). Pure file-system work, no pid.
 """
 
 from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Mapping
 
 #: the global debug directory of Debian/Fedora/GDB defaults
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
@@ -30,6 +33,21 @@ def build_id_paths(build_id: str, debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DI
     if len(build_id) < 4 or any(c not in "0123456789abcdef" for c in build_id):
         return []
     return [os.path.join(d, ".build-id", build_id[:2], build_id[2:] + ".debug") for d in debug_dirs]
+
+
+def debuginfod_path(build_id: str, env: Mapping[str, str] = os.environ) -> str | None:
+    """Where debuginfod's client keeps the debug file of ``build_id`` once fetched: ``$DEBUGINFOD_CACHE_PATH``,
+    else ``$XDG_CACHE_HOME/debuginfod_client``, else ``~/.cache/debuginfod_client`` (debuginfod-find(1)),
+    then ``<build-id>/debuginfo``. None for a build-id that is not hex."""
+    build_id = build_id.lower()
+    if len(build_id) < 4 or any(c not in "0123456789abcdef" for c in build_id):
+        return None
+    cache = env.get("DEBUGINFOD_CACHE_PATH")
+    if not cache:
+        xdg = env.get("XDG_CACHE_HOME")
+        cache = os.path.join(xdg or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache"),
+                             "debuginfod_client")  # fmt: skip
+    return os.path.join(cache, build_id, "debuginfo")
 
 
 def debuglink_paths(path: str, name: str, debug_dirs: tuple[str, ...] = DEFAULT_DEBUG_DIRS) -> list[str]:
@@ -82,6 +100,9 @@ def find_debug_file(
             host = _host(r, candidate)
             if os.path.isfile(host):
                 return host
+    fetched = debuginfod_path(build_id) if build_id else None
+    if fetched is not None and os.path.isfile(fetched):
+        return fetched
     if debuglink is None:
         return None
     name, crc = debuglink

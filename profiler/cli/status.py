@@ -7,8 +7,11 @@ import time
 from typing import TextIO
 
 from profiler.config import ExportConfig
+from profiler.model import Mechanism, SampleClass
 from profiler.profile.session import Session
 from profiler.sampling.sampler import Sampler, Tick
+from profiler.tree.calltree import included
+from profiler.tree.mechanics import label
 from profiler.tree.totals import function_totals
 
 #: least time between two redraws of the status line
@@ -98,8 +101,30 @@ class StatusLine:
             self.stream.flush()
 
 
+#: a runtime mechanism's line (``tree/mechanics.py``) is in the table, whatever its rank, when at least this
+#: share of the samples had it on their stack: as for the end of a recording's notices
+#: (``sampling/notices.py``), below 1% no share in the profile moves by a point
+MECHANISM_LINE_SHARE = 0.01
+
+#: what each mechanism's line stands for, said under the table when it is shown (docs/usage.md, "The table
+#: at the end of a recording")
+MECHANISM_NOTES = {
+    Mechanism.GIL_HANDOFF: "releasing the GIL and waking a thread that waits for it (drop_gil, and the futex "
+    "wake-ups below it): the cost of threads taking turns at the GIL",
+    Mechanism.GIL_WAIT: "blocked in take_gil until the thread running Python code releases the GIL",
+    Mechanism.GC: "the cyclic garbage collector's passes (gc_collect_main), after allocations or gc.collect(); "
+    "finalizers it runs count as their own functions",
+    Mechanism.IMPORT: "Python's import machinery (importlib, PyImport_*, extension modules' init); the imported "
+    "modules' own code counts as theirs, in total% only",
+}
+
+
 def top_table(session: Session, config: ExportConfig, limit: int = 10) -> str:
-    """The functions with the most samples, by self and total share."""
+    """The functions with the most samples, by self and total share, and, where native frames were recorded
+    with runtime frames, by Python self share (the samples whose innermost Python frame is the function,
+    whatever native code ran below it); rows ordered by the larger of self and Python self. A runtime's
+    mechanisms (GIL hand-off, waiting for the GIL, garbage collection, import) are lines of their own, each
+    with a note under the table saying what it is."""
     totals, samples = function_totals(session, config)
     idle_note = "idle included" if config.idle else "idle excluded, --idle to include"
     if not samples and not session.total_samples and session.threads and not session.meta.idle_stacks:
@@ -108,11 +133,38 @@ def top_table(session: Session, config: ExportConfig, limit: int = 10) -> str:
                 "without --idle; record with --idle to see where they sleep.")
     if not samples:
         return f"No samples to show ({idle_note})."
-    lines = [f"Top functions ({samples:,} samples, {idle_note}):", "   self%  total%  function"]
-    for t in totals[:limit]:
-        lines.append(f"  {100 * t.self_samples / samples:5.1f}%  {100 * t.total_samples / samples:5.1f}%  "
+    python = session.meta.native and any(t.python_samples for t in totals)
+    ranked = sorted(totals, key=lambda t: (-max(t.self_samples, t.python_samples), -t.total_samples, t.label))
+    rows = ranked[:limit]
+    rows += [t for t in ranked[limit:] if t.mechanism is not None and t.total_samples >= MECHANISM_LINE_SHARE * samples]
+    lines = [f"Top functions ({samples:,} samples, {idle_note}):",
+             "   self%  total%  " + ("py-self%  " if python else "") + "function"]  # fmt: skip
+    for t in rows:
+        column = ""
+        if python:
+            column = f"{100 * t.python_samples / samples:7.1f}%  " if t.python_samples else "       -  "
+        lines.append(f"  {100 * t.self_samples / samples:5.1f}%  {100 * t.total_samples / samples:5.1f}%  {column}"
                      f"{short_label(t.label)}")  # fmt: skip
+    for t in rows:
+        if t.mechanism is not None:
+            lines.append(f"  {label(t.mechanism)}: {MECHANISM_NOTES[t.mechanism]}")
+    waiting = _gil_waits_left_out(session, config)
+    if waiting:
+        lines.append(waiting)
     return "\n".join(lines)
+
+
+def _gil_waits_left_out(session: Session, config: ExportConfig) -> str | None:
+    """A line for the samples of threads waiting for the GIL that the table leaves out with the idle ones, when
+    they are at least ``MECHANISM_LINE_SHARE`` of all: a server's threads queueing for the GIL."""
+    if included(SampleClass.GIL_WAIT, config):
+        return None
+    waiting = sum(n for (_t, _s, _stop, cls), n in session.samples.items() if cls == SampleClass.GIL_WAIT)
+    every = session.total_samples
+    if not every or waiting < MECHANISM_LINE_SHARE * every:
+        return None
+    return (f"  and {waiting:,} samples ({100 * waiting / every:.1f}% of all) were {label(Mechanism.GIL_WAIT)}, left "
+            "out with the idle ones: --idle shows them")
 
 
 def short_label(label: str, width: int = LABEL_WIDTH) -> str:

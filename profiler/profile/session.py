@@ -15,8 +15,8 @@ import time
 import zipfile
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import BinaryIO
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -24,7 +24,7 @@ import orjson
 from profiler import __version__
 from profiler.atomic import atomic_write
 from profiler.errors import SessionFormatError
-from profiler.model import FrameInfo, Module, SampleClass, StopReason
+from profiler.model import FrameInfo, Mechanism, Module, SampleClass, StopReason
 from profiler.profile.memo import FrameMemo
 from profiler.profile.tables import FrameKey, FrameTable, StackTable
 
@@ -223,7 +223,18 @@ def _what_it_is(head: bytes) -> str:
 
 
 def _info_row(f: FrameInfo) -> list[object]:
-    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter]
+    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter, f.mechanism.value if f.mechanism else None]
+
+
+#: the ``Mechanism`` of each value a session file may hold
+_MECHANISMS = {m.value: m for m in Mechanism}
+
+
+def _info(row: list[Any]) -> FrameInfo:
+    """A row of ``_info_row``; one of a file written before frames had a mechanism has six fields."""
+    info = FrameInfo(*row[:6])
+    mechanism = _MECHANISMS.get(row[6]) if len(row) > 6 else None
+    return info if mechanism is None else replace(info, mechanism=mechanism)
 
 
 def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
@@ -254,8 +265,8 @@ def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
         session.agents = list(meta["agents"])
         session.counters = dict(meta["counters"])
         if meta["frame_info"] is not None:
-            session.frame_info = [FrameInfo(*row) for row in meta["frame_info"]]
-        session.inlined = {int(fid): [FrameInfo(*row) for row in rows] for fid, rows in meta["inlined"].items()}
+            session.frame_info = [_info(row) for row in meta["frame_info"]]
+        session.inlined = {int(fid): [_info(row) for row in rows] for fid, rows in meta["inlined"].items()}
     except (KeyError, TypeError, ValueError) as e:
         raise SessionFormatError(f"{path}: corrupt session file metadata ({e}).") from None
     frames = {k: need(f"frames_{k}") for k in ("kind", "module", "address", "offset")}

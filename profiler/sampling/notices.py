@@ -11,6 +11,7 @@ from profiler.binary.objfile import ObjectFile
 from profiler.config import MAX_FRAMES, MAX_STACK_BYTES
 from profiler.model import FrameKind, Module, StopReason
 from profiler.profile.session import Session
+from profiler.sampling.timer import JITTER
 from profiler.target.procfs import DISK_SLEEP, read_status, tracer_label
 
 #: the end of a recording says that the stack window was too small when at least this share of the
@@ -20,24 +21,42 @@ WINDOW_NOTICE_SHARE = 0.01
 WINDOW_NOTICE_MIN_SAMPLES = 10
 
 
-#: the end of a recording says the rate asked was not kept when ticks came at less than this share of it
-#: (the jitter and a few late ticks take a recording kept up with to 0.95-1.0 of it, measured here)
+#: the end of a recording says the rate asked was not kept when more than this share of the ticks due were
+#: skipped (the jitter and a few late ticks take a recording kept up with to 0.95-1.0 of the rate, measured
+#: here)
 RATE_NOTICE_SHARE = 0.8
 #: ...and the recording had at least this many ticks (a short one's rate is mostly its start)
 RATE_NOTICE_MIN_TICKS = 50
 
 
-def rate_shortfall(ticks: int, duration: float, rate: float) -> str | None:
-    """A notice when the ticks came well below the rate asked: each tick's stops, copies and unwinds took
-    longer than a period (many threads, deep stacks, a busy machine). The profile's shares are still
-    right, but a function's time in seconds is then shorter than it was, and the samples are fewer."""
-    if ticks < RATE_NOTICE_MIN_TICKS or duration <= 0:
+def rate_shortfall(
+    ticks: int, missed: float, rate: float, tick_seconds: float, load: tuple[float, int] | None = None
+) -> str | None:
+    """A notice when many of the ticks due were never taken because nprof ran late (``Timer.missed_ticks``),
+    and why: its ticks (``tick_seconds`` in all) took longer than the shortest jittered interval, half a
+    period (many threads, deep stacks), or they did not and its thread waited for a CPU (``load``: the
+    load average and the CPUs, said then). The profile's shares are still right, but its samples are fewer.
+
+    Counted from the ticks due, not from the samples or the recording's length: a target whose threads sleep
+    gives fewer samples at any rate, and an idle web app was told "sampled at 53 Hz, ... nprof could not
+    keep up with this target" (issue 44)."""
+    due = ticks + missed
+    if ticks < RATE_NOTICE_MIN_TICKS or ticks >= RATE_NOTICE_SHARE * due:
         return None
-    achieved = ticks / duration
-    if achieved >= RATE_NOTICE_SHARE * rate:
-        return None
-    return (f"sampled at {achieved:,.0f} Hz, not the {rate:,g} Hz asked: nprof could not keep up with "
-            f"this target at that rate; a lower -r/--rate gives evenly spaced samples")
+    period = 1.0 / rate
+    per_tick = tick_seconds / ticks
+    said = (f"sampled at {rate * ticks / due:,.0f} Hz, not the {rate:,g} Hz asked: {100 * missed / due:.0f}% of "
+            "the ticks due were skipped, as nprof ran late")  # fmt: skip
+    if per_tick >= (1.0 - JITTER) * period:
+        return (f"{said}: a tick (stopping, copying and unwinding the threads due) took {_ms(per_tick)} on average, "
+                f"for a period of {_ms(period)}; a lower -r/--rate gives evenly spaced samples")  # fmt: skip
+    machine = f" (load average {load[0]:.1f} on {load[1]} CPUs)" if load is not None else ""
+    return (f"{said}: a tick took {_ms(per_tick)} on average, well within the {_ms(period)} period, but nprof's "
+            f"thread waited to run: the machine was busy{machine}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2g} ms" if seconds < 0.01 else f"{seconds * 1e3:.0f} ms"
 
 
 def unwind_problems(objects: Iterable[ObjectFile], session: Session) -> list[str]:

@@ -9,6 +9,7 @@ processes are sampled (attached, children followed, execs, runtimes detected) is
 from __future__ import annotations
 
 import enum
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ class Sampler:
         #: monotonic time of the recording's start: ``run``'s, from which the duration counts
         self.started = time.monotonic()
         self.ticks = 0
+        self.tick_seconds = 0.0  #: the time spent in ``tick``, all ticks together (``notices.rate_shortfall``)
         self.end_reason = EndReason.STOPPED
         self._next_sync = 0.0  #: monotonic time of the next look for new threads (``_sync_threads``)
         self._next_listing = 0.0  #: ... and of the next one that lists every process's threads whatever
@@ -188,6 +190,7 @@ class Sampler:
         """One tick: decide, stop and copy at real-time priority (``priority.py``); then record the copies,
         at real-time priority for a short budget at most, and do the periodic work, which can take long, at
         the thread's own priority."""
+        began = time.monotonic()
         self.ticks += 1
         tracer = self.tracer
         live = tracer.seized.live_pids
@@ -246,6 +249,7 @@ class Sampler:
             refreshes = target.caps.refreshes
             if refreshes is not None and pid in live:
                 self.agent_calls.between_ticks(refreshes.refresh, "agent_refresh_errors")
+        self.tick_seconds += time.monotonic() - began
         return Tick(self.ticks, now - self.started, stopped, reused)
 
     def _capture_again(
@@ -420,7 +424,9 @@ class Sampler:
                 self._notice(shortfall)
         if self.timer.late_ticks:
             self.session.counters["late_ticks"] = self.timer.late_ticks
-        shortfall = rate_shortfall(self.ticks, self.session.meta.duration, self.config.rate)
+            self.session.counters["ticks_missed"] = round(self.timer.missed_ticks)
+        shortfall = rate_shortfall(self.ticks, self.timer.missed_ticks, self.config.rate, self.tick_seconds,
+                                   (os.getloadavg()[0], os.cpu_count() or 1))  # fmt: skip
         if shortfall:
             self._notice(shortfall)
         costly = signal_cost(stats.signals_forwarded, self.session.meta.duration)

@@ -27,19 +27,29 @@ class Timer:
         self._clock = clock
         self.next_due = clock()
         self.late_ticks = 0
+        #: seconds the schedule jumped forward at its restarts: over a period each, the ticks that were due
+        #: and never taken, because the sampler ran late (what ``notices.rate_shortfall`` reports)
+        self.skipped = 0.0
 
     def advance(self) -> float:
         """Schedule the tick after the current one and return its monotonic due time.
 
         A tick that is already late by more than a period is not followed by a burst of catch-up ticks:
         the schedule restarts from now (that tick is due at once, as a tick late by less already is), and
-        the skipped ticks are counted. A rate the sampler cannot reach thus samples as fast as it can,
-        rather than also sleeping after every late tick.
+        the skipped ticks are counted (``late_ticks`` the restarts, ``skipped`` the time they skipped). A rate
+        the sampler cannot reach thus samples as fast as it can, rather than also sleeping after every late
+        tick.
         """
         now = self._clock()
         due = self.next_due + self._shortest + self._spread * self._uniform()
         if due < now - self.period:
             self.late_ticks += 1
+            self.skipped += now - due
             due = now
         self.next_due = due
         return due
+
+    @property
+    def missed_ticks(self) -> float:
+        """How many ticks were due and not taken, on average: the time skipped over the mean period."""
+        return self.skipped / self.period

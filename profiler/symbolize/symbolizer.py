@@ -18,7 +18,7 @@ import dataclasses
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from profiler.binary.cache import TableCache
 from profiler.binary.objfile import ObjectFile
@@ -28,6 +28,7 @@ from profiler.model import (
     SYNTHETIC_LABELS,
     FrameInfo,
     FrameKind,
+    Mechanism,
     Module,
     NativeFrame,
     RuntimeFrame,
@@ -35,7 +36,7 @@ from profiler.model import (
     UnwindMethod,
 )  # fmt: skip
 from profiler.profile.tables import FrameKey
-from profiler.runtime import AgentSession, InterpreterGlue
+from profiler.runtime import AgentSession, InterpreterGlue, RuntimeMechanics
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
@@ -115,6 +116,7 @@ def symbolize(
                     unnamed[i] = mid
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
     _mark_interpreter_frames(keys, modules, infos, inlined, agents)
+    _mark_mechanics(keys, modules, infos, inlined, agents)
     return Symbolized(infos, inlined, notices, unnamed)
 
 
@@ -240,3 +242,40 @@ def _mark_interpreter_frames(
             is_glue = any(check(frame) for check in checks)
         if is_glue:
             infos[i] = dataclasses.replace(info, interpreter=True)
+
+
+def _mark_mechanics(
+    keys: Sequence[FrameKey],
+    modules: Sequence[Module],
+    infos: list[FrameInfo],
+    inlined: dict[int, list[FrameInfo]],
+    agents: Mapping[str, AgentSession],
+) -> None:
+    """Give the native frames, and the calls inlined at them, the runtime mechanism (GIL, garbage collector,
+    import) an agent says their function is part of, for the summary table's lines (``tree/mechanics.py``).
+    Asked once per unique frame, by its address and each function's name there."""
+    askers = [a.mechanism for a in agents.values() if isinstance(a, RuntimeMechanics)]
+    if not askers:
+        return
+    for i, info in enumerate(infos):
+        kind, mid, rel, _offset = keys[i]
+        if kind != FrameKind.NATIVE or not 0 <= mid < len(modules):
+            continue
+        frame = NativeFrame(mid, rel, rel + modules[mid].bias, UnwindMethod.IP)
+        own = _mechanism(askers, frame, info.name)
+        if own is not None:
+            infos[i] = dataclasses.replace(info, mechanism=own)
+        chain = inlined.get(i)
+        if chain:
+            found = [_mechanism(askers, frame, f.name) for f in chain]
+            if any(m is not None for m in found):
+                inlined[i] = [dataclasses.replace(f, mechanism=m) if m is not None else f for f, m in zip(chain, found)]
+
+
+def _mechanism(askers: Sequence[Callable[[NativeFrame, str], Mechanism | None]], frame: NativeFrame,
+               name: str) -> Mechanism | None:  # fmt: skip
+    for ask in askers:
+        found = ask(frame, name)
+        if found is not None:
+            return found
+    return None

@@ -73,6 +73,14 @@ class StackDisplays:
         (consecutive ids: they are given out frame id by frame id)."""
         return self._own[fid] + self._calls[fid]
 
+    def calls_of(self, fid: int) -> tuple[int, ...]:
+        """The display ids of the calls inlined at frame ``fid`` that are shown."""
+        return self._calls[fid]
+
+    def defers_calls(self, fid: int) -> bool:
+        """Frame ``fid`` is an interpreter frame: followed by runtime frames, its inlined calls come after them."""
+        return self._interpreter[fid]
+
     def expand(self, fids: Sequence[int]) -> list[int]:
         """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown."""
         runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self._interpreter

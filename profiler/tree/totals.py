@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler.config import ExportConfig
-from profiler.model import FrameInfo, FrameKind
+from profiler.model import FrameInfo, FrameKind, Mechanism
 from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, stack_counts
 from profiler.tree.display import StackDisplays, tree_levels
+from profiler.tree.mechanics import MECHANISMS, label, stack_mechanics
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,10 @@ class FunctionTotal:
     label: str
     self_samples: int
     total_samples: int
+    #: samples whose innermost runtime (Python) frame is this function, whatever native code ran below it
+    python_samples: int = 0
+    #: a line that stands for a runtime's mechanism (``mechanics.py``), not for one function
+    mechanism: Mechanism | None = None
 
 
 #: distinct stacks whose (stack, function) pairs ``function_totals`` builds at a time: bounds its memory to a
@@ -29,7 +34,13 @@ TOTALS_CHUNK = 1 << 16
 
 def function_totals(session: Session, config: ExportConfig) -> tuple[list[FunctionTotal], int]:
     """Per function: samples where it is the leaf (self) and where it is anywhere (total, once per
-    sample even when it recurses). Returns the totals, most self first, and the number of samples.
+    sample even when it recurses), and where it is the innermost runtime frame (Python self). Returns the
+    totals, most self first, and the number of samples.
+
+    A runtime's mechanisms (GIL hand-off, waiting for the GIL, garbage collection, import) have lines of
+    their own (``mechanics.py``): a sample whose leaf ran for one is that line's self, not its leaf's; a
+    line's total counts the samples with one of its frames on the stack, and its Python self those whose
+    innermost runtime frame is one of its own (importlib's).
 
     Done in numpy over the prefix tree, level by level: each stack's functions are the labels of its
     nodes' frames, gathered from the leaves towards the root for a chunk of stacks at a time, and made
@@ -50,18 +61,30 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
     labels = _FrameLabels(displays)
     columns = session.stacks.columns()
     parent, frame = columns["parent"].astype(np.int64), columns["frame"].astype(np.int64)
+    leaves = _leaf_labels(displays, sids, parent, frame, labels)
+    python_leaves = np.full(len(sids), -1, dtype=np.int64)
+    if labels.any_group or bool((session.frames.kinds() == FrameKind.RUNTIME).any()):
+        found = stack_mechanics(displays, sids, parent, frame)
+        group = np.array([labels.ids[label(m)] if m is not None else -1 for m in found.mechanism], dtype=np.int64)
+        leaves = np.where(group >= 0, group, leaves)
+        has = found.runtime_leaf >= 0
+        python_leaves[has] = labels.python[found.runtime_leaf[has]]
     total = np.zeros(len(labels.names), dtype=np.int64)
     shown = np.zeros(len(sids), dtype=bool)  # stacks with a frame left to show
     for lo in range(0, len(sids), TOTALS_CHUNK):
         stacks, labs = _stack_labels(sids[lo : lo + TOTALS_CHUNK], parent, frame, labels)
+        grouped = np.nonzero(leaves[lo : lo + TOTALS_CHUNK] >= labels.flat_names)[0]  # a line's own self
+        stacks, labs = np.concatenate((stacks, grouped)), np.concatenate((labs, leaves[lo + grouped]))
         pairs = np.sort(stacks * len(labels.names) + labs)
         pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]  # each (stack, label) once
         stacks, labs = pairs // len(labels.names), pairs % len(labels.names)
         total += np.bincount(labs, weights=counts[lo + stacks], minlength=len(total)).astype(np.int64)
         shown[lo + stacks] = True
-    leaves = _leaf_labels(displays, sids, parent, frame, labels)
     self_n = np.bincount(leaves[shown], weights=counts[shown], minlength=len(total)).astype(np.int64)
-    totals = [FunctionTotal(name, int(self_n[i]), int(total[i])) for i, name in enumerate(labels.names) if total[i]]
+    python = shown & (python_leaves >= 0)
+    python_n = np.bincount(python_leaves[python], weights=counts[python], minlength=len(total)).astype(np.int64)
+    totals = [FunctionTotal(name, int(self_n[i]), int(total[i]), int(python_n[i]), labels.mechanisms.get(i))
+              for i, name in enumerate(labels.names) if total[i]]  # fmt: skip
     totals.sort(key=lambda t: (-t.self_samples, -t.total_samples, t.label))
     return totals, int(counts[shown].sum())
 
@@ -75,6 +98,14 @@ class _FrameLabels:
     def __init__(self, displays: StackDisplays) -> None:
         ids: dict[str, int] = {}
         self.flat = np.array([ids.setdefault(function_label(f), len(ids)) for f in displays.infos], dtype=np.int64)
+        self.flat_names = len(ids)  #: ids below this are functions'; from it on, the mechanisms' lines
+        self.mechanisms = {ids.setdefault(label(m), len(ids)): m for m in MECHANISMS}  #: line id -> mechanism
+        #: per display id, the line of its mechanism (-1: none), and its label as the Python self column
+        #: counts it: a runtime frame of a mechanism (importlib's) counts as that line
+        self.group = np.array([ids[label(f.mechanism)] if f.mechanism is not None else -1 for f in displays.infos],
+                              dtype=np.int64)  # fmt: skip
+        self.any_group = bool((self.group >= 0).any())
+        self.python = np.where(self.group >= 0, self.group, self.flat)
         shown = [displays.of_frame(fid) for fid in range(len(displays.session.frames))]
         self.count = np.array([len(d) for d in shown], dtype=np.int64)
         self.start = np.array([d[0] if d else 0 for d in shown], dtype=np.int64)
@@ -97,6 +128,11 @@ def _stack_labels(
         offsets = np.repeat(labels.start[fids] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
         stacks.append(np.repeat(index, n))
         labs.append(labels.flat[offsets])
+        if labels.any_group:  # the line of each frame's mechanism, besides its function
+            groups = labels.group[offsets]
+            some = groups >= 0
+            stacks.append(np.repeat(index, n)[some])
+            labs.append(groups[some])
     return np.concatenate(stacks), np.concatenate(labs)
 
 

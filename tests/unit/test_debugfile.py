@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from profiler.binary.cache import TableCache
-from profiler.binary.debugfile import build_id_paths, crc32_of_file, debuglink_paths, find_debug_file
+from profiler.binary.debugfile import (
+    build_id_paths,
+    crc32_of_file,
+    debuginfod_path,
+    debuglink_paths,
+    find_debug_file,
+)  # fmt: skip
 from profiler.binary.objfile import ObjectFileCache
 from tests.support.targets import build_c
 
@@ -44,6 +50,21 @@ def test_build_id_is_found_under_the_target_root_first(tmp_path: Path) -> None:
     place(tmp_path, "/usr/lib/debug/.build-id/ab/cdef.debug", b"x")
     found = find_debug_file("/usr/lib/libfoo.so", "abcdef", None, root=str(tmp_path))
     assert found == str(tmp_path / "usr/lib/debug/.build-id/ab/cdef.debug")
+
+
+def test_a_debug_file_fetched_by_debuginfod_is_found_in_its_cache(tmp_path: Path, monkeypatch) -> None:
+    """What the stripped-modules notice advises (``debuginfod-find debuginfo BUILD-ID``, with DEBUGINFOD_URLS
+    set) names the functions: the fetched file is looked for where debuginfod's client keeps it."""
+    assert debuginfod_path("ABcdef", {"DEBUGINFOD_CACHE_PATH": "/c"}) == "/c/abcdef/debuginfo"
+    assert debuginfod_path("abcdef", {"XDG_CACHE_HOME": "/x", "HOME": "/h"}) == "/x/debuginfod_client/abcdef/debuginfo"
+    assert debuginfod_path("abcdef", {"HOME": "/h"}) == "/h/.cache/debuginfod_client/abcdef/debuginfo"
+    assert debuginfod_path("../etc", {"HOME": "/h"}) is None
+    monkeypatch.setenv("DEBUGINFOD_CACHE_PATH", str(tmp_path / "cache"))
+    assert find_debug_file("/usr/lib/libfoo.so", "abcdef", None, root=str(tmp_path)) is None
+    place(tmp_path, "/cache/abcdef/debuginfo", b"x")
+    assert find_debug_file("/usr/lib/libfoo.so", "abcdef", None, root=str(tmp_path)) == str(
+        tmp_path / "cache/abcdef/debuginfo"
+    )
 
 
 def test_debuglink_candidates_must_match_the_crc(tmp_path: Path) -> None:

@@ -40,10 +40,83 @@ def test_the_share_counts_samples_that_ran_not_idle_ones():
     session, unnamed = session_with([(in_lib, SampleClass.RUNNING, 30), (((APP, 0x30),), SampleClass.RUNNING, 70),
                                      (in_lib, SampleClass.BLOCKED, 500)])  # fmt: skip
     [notice] = missing_symbol_notices(session, unnamed, {LIB: object_file(symtab=False)})
-    assert notice == ("30.0% of the samples went through functions of libx.so.1 that have no symbol, shown as "
-                      "libx.so.1+0xOFFSET: /usr/lib/libx.so.1 is stripped and no debug file for build-id ab12 "
-                      "was found under /usr/lib/debug; a build that keeps its symbol table (not stripped, no -s), "
-                      "or its debug file, names them")  # fmt: skip
+    assert notice == ("30.0% of the samples went through functions without a symbol, shown as MODULE+0xOFFSET, "
+                      "in 1 module (libx.so.1 30.0%); /usr/lib/libx.so.1: stripped, and no debug file was found by "
+                      "build-id under /usr/lib/debug/.build-id: a debug file put there, or fetched by `debuginfod-find "
+                      "debuginfo FILE` from a debuginfod server that has it (DEBUGINFOD_URLS), or a build that "
+                      "keeps its symbol table (not stripped, no -s) names them")  # fmt: skip
+
+
+def wheel_session(modules: int) -> tuple[Session, dict[int, int], dict[int, SimpleNamespace]]:
+    """A pandas job's: ``modules`` stripped Cython modules of a wheel, 20 samples in each, 20 in the app."""
+    session = Session(SessionMeta(pid=1, command=["python"]))
+    site = "/venv/lib/python3.11/site-packages/pandas/_libs"
+    session.modules = [Module(APP, "/usr/bin/python3.11", None, 0, 0, 0)] + [
+        Module(m, f"{site}/mod{m}.cpython-311-x86_64-linux-gnu.so", f"b{m}", 0, 0, 0) for m in range(1, modules + 1)
+    ]
+    for m in range(1, modules + 1):
+        sid = session.intern_stack(((FrameKind.NATIVE, m, 0x10, 0), (FrameKind.NATIVE, APP, 0x20, 0)))
+        session.add_sample(0, sid, StopReason.END_OF_STACK, SampleClass.RUNNING, 20 + m)
+    sid = session.intern_stack(((FrameKind.NATIVE, APP, 0x30, 0),))
+    session.add_sample(0, sid, StopReason.END_OF_STACK, SampleClass.RUNNING, 20)
+    unnamed = {fid: session.frames.key(fid)[1] for fid in range(len(session.frames)) if session.frames.key(fid)[1]}
+    objects = {m: SimpleNamespace(**{**vars(object_file(symtab=False)), "path": session.modules[m].path})
+               for m in range(1, modules + 1)}  # fmt: skip
+    return session, unnamed, objects
+
+
+def test_the_stripped_modules_of_pip_wheels_are_one_line_saying_nothing_can_be_installed():
+    """A pandas job printed nine paragraphs of ~450 characters, one per stripped Cython module of its wheels,
+    each advising a build that keeps its symbol table, which a pip user cannot act on (issue 44)."""
+    session, unnamed, objects = wheel_session(9)
+    [notice] = missing_symbol_notices(session, unnamed, objects)
+    assert notice == (
+        "91.8% of the samples went through functions without a symbol, shown as MODULE+0xOFFSET, in 9 modules "
+        "(mod9.cpython-311-x86_64-linux-gnu.so 11.8%, mod8.cpython-311-x86_64-linux-gnu.so 11.4%, "
+        "mod7.cpython-311-x86_64-linux-gnu.so 11.0% and 6 more); mod9.cpython-311-x86_64-linux-gnu.so, "
+        "mod8.cpython-311-x86_64-linux-gnu.so, mod7.cpython-311-x86_64-linux-gnu.so and 6 more: from pip wheels, "
+        "for which no symbols are published: nothing to install"
+    )
+
+
+def test_each_kind_of_file_gets_its_own_advice_in_the_one_line(monkeypatch):
+    """A distribution's library (its debug package, or its debuginfod server), wheels' modules (nothing), a
+    file built here (a debug file, or a build keeping its symbols): each kind once, its modules together. A
+    sample with two such modules on its stack counts once in the share."""
+    from profiler.symbolize import stripped
+
+    session, unnamed, objects = wheel_session(2)
+    libz = Module(3, "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", "1f95", 0, 0, 0)
+    mine = Module(4, "/opt/app/libmine.so", "77aa", 0, 0, 0)
+    session.modules += [libz, mine]
+    both = session.intern_stack(((FrameKind.NATIVE, 3, 0x10, 0), (FrameKind.NATIVE, 4, 0x10, 0)))
+    session.add_sample(0, both, StopReason.END_OF_STACK, SampleClass.RUNNING, 50)
+    unnamed = {fid: session.frames.key(fid)[1] for fid in range(len(session.frames)) if session.frames.key(fid)[1]}
+    for module in (libz, mine):
+        objects[module.id] = SimpleNamespace(**{**vars(object_file(symtab=False)), "path": module.path})
+    monkeypatch.setattr(stripped, "_debug_packages",
+                        lambda objs: {libz.path: "`apt install zlib1g-dbg` installs their names"})  # fmt: skip
+    [notice] = missing_symbol_notices(session, unnamed, objects)
+    assert notice.startswith("82.3% of the samples went through functions without a symbol, shown as "
+                             "MODULE+0xOFFSET, in 4 modules (libz.so.1.2.13 44.2%, libmine.so 44.2%, "
+                             "mod2.cpython-311-x86_64-linux-gnu.so 19.5% and 1 more); ")  # fmt: skip
+    clauses = notice.split("); ", 1)[1].split("; ")
+    assert clauses[0] == ("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13: `apt install zlib1g-dbg` installs their "
+                          "names, or `debuginfod-find "
+                          "debuginfo FILE` fetches them from the distribution's debuginfod server (DEBUGINFOD_URLS)")
+    assert clauses[1].startswith("/opt/app/libmine.so: stripped, and no debug file was found by build-id")
+    assert clauses[2] == ("mod2.cpython-311-x86_64-linux-gnu.so, mod1.cpython-311-x86_64-linux-gnu.so: from pip "
+                          "wheels, for which no symbols are published: nothing to install")
+    assert len(clauses) == 3 and "\n" not in notice
+
+
+def test_a_wheel_file_is_one_under_site_or_dist_packages():
+    from profiler.symbolize.stripped import is_wheel_file
+
+    assert is_wheel_file("/venv/lib/python3.11/site-packages/numpy.libs/libopenblas64_p-r0-0cf96a72.3.23.so")
+    assert is_wheel_file("/usr/local/lib/python3.11/dist-packages/pandas/_libs/algos.cpython-311.so")
+    assert not is_wheel_file("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13")
+    assert not is_wheel_file("/opt/site-packages-tool/lib.so")
 
 
 @pytest.mark.parametrize("n, total", [(9, 100), (10, 1001)])
@@ -58,7 +131,8 @@ def test_a_module_with_a_symbol_table_is_not_called_stripped():
     """Code no symbol covers in a file that has a symbol table (assembly without symbols)."""
     session, unnamed = session_with([(((LIB, 0x10),), SampleClass.RUNNING, 50)])
     [notice] = missing_symbol_notices(session, unnamed, {LIB: object_file(symtab=True)})
-    assert notice.endswith(": no symbol of /usr/lib/libx.so.1 covers them")
+    assert notice.endswith("; libx.so.1: not stripped, but no symbol covers these functions (code without "
+                           "symbols, such as assembly)")  # fmt: skip
 
 
 @pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="not a dpkg system")

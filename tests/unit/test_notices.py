@@ -106,13 +106,32 @@ def test_a_process_found_exiting_at_its_last_detection_look_is_counted_not_repor
     assert told == ["pid 7 (python): no libpython or python executable mapped: not a CPython process"]
 
 
-def test_a_rate_not_kept_is_told_with_what_was_achieved():
-    assert rate_shortfall(ticks=8848, duration=1.0, rate=20000) == (
-        "sampled at 8,848 Hz, not the 20,000 Hz asked: nprof could not keep up with this target at that rate; "
+def test_a_rate_not_kept_is_told_with_what_was_achieved_and_why():
+    """Ticks that took longer than the shortest jittered interval (half a period): nprof's work is why."""
+    assert rate_shortfall(ticks=8848, missed=11152, rate=20000, tick_seconds=8848 * 110e-6) == (
+        "sampled at 8,848 Hz, not the 20,000 Hz asked: 56% of the ticks due were skipped, as nprof ran late: a "
+        "tick (stopping, copying and unwinding the threads due) took 0.11 ms on average, for a period of 0.05 ms; "
         "a lower -r/--rate gives evenly spaced samples"
     )
-    assert rate_shortfall(ticks=960, duration=1.0, rate=1000) is None  # kept up with (jitter, a late tick)
-    assert rate_shortfall(ticks=20, duration=1.0, rate=1000) is None  # too short a recording to tell
+    assert rate_shortfall(ticks=960, missed=40, rate=1000, tick_seconds=0.2) is None  # kept up (a late tick)
+    assert rate_shortfall(ticks=20, missed=80, rate=1000, tick_seconds=1.0) is None  # too short to tell
+
+
+def test_ticks_skipped_while_they_took_little_blame_the_machine_not_the_rate():
+    """Ticks well within their period that still ran late: nprof's thread waited for a CPU, which a lower
+    rate does not help (a recording on a machine at load 18 on 2 CPUs)."""
+    notice = rate_shortfall(ticks=136, missed=64, rate=100, tick_seconds=136 * 0.4e-3, load=(18.27, 2))
+    assert notice == (
+        "sampled at 68 Hz, not the 100 Hz asked: 32% of the ticks due were skipped, as nprof ran late: a tick took "
+        "0.4 ms on average, well within the 10 ms period, but nprof's thread waited to run: the machine was busy "
+        "(load average 18.3 on 2 CPUs)"
+    )
+
+
+def test_a_target_whose_threads_sleep_gets_no_rate_notice():
+    """Ticks taken on time, however few samples the sleeping threads gave and however long the recording
+    lasted around them: 'sampled at 53 Hz ... could not keep up' was said of an idle web app (issue 44)."""
+    assert rate_shortfall(ticks=199, missed=0.0, rate=100, tick_seconds=199 * 50e-6) is None
 
 
 def test_a_signal_heavy_target_is_told_what_passing_signals_on_costs():

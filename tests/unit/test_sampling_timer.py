@@ -24,7 +24,7 @@ def test_intervals_are_jittered_within_bounds():
         due = clock.now = nxt
     assert min(steps) >= (1 - JITTER) * 1e-3 - 1e-12 and max(steps) <= (1 + JITTER) * 1e-3 + 1e-12
     assert max(steps) - min(steps) > 0.5e-3, "the period is jittered"
-    assert timer.late_ticks == 0
+    assert timer.late_ticks == 0 and timer.missed_ticks == 0
 
 
 def test_a_sampler_that_fell_behind_ticks_at_once_without_a_burst():
@@ -33,5 +33,6 @@ def test_a_sampler_that_fell_behind_ticks_at_once_without_a_burst():
     clock.now += 0.050  # a tick took 50 periods
     assert timer.advance() == clock.now, "the next tick is due now, not a period later"
     assert timer.late_ticks == 1
+    assert 48.5 - 1e-9 <= timer.missed_ticks <= 49.5 + 1e-9, "the ticks due in the 50 periods, but the one taken"
     nxt = timer.advance()  # on time again: one jittered period on, no catch-up burst
     assert clock.now + (1 - JITTER) * 1e-3 - 1e-12 <= nxt <= clock.now + (1 + JITTER) * 1e-3 + 1e-12

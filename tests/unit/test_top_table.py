@@ -89,17 +89,41 @@ def _display_by_definition(session: Session, fids: list[int], keep) -> list:
     return out + deferred
 
 
+def mechanism_by_definition(session: Session, shown: list) -> tuple:
+    """The mechanism a displayed stack's leaf ran for, and its innermost runtime frame (or None), one frame
+    at a time from the leaf: the first frame of a mechanism decides, unless a runtime frame of none comes
+    first; waiting for the GIL inside a lock release is a hand-off."""
+    from profiler.model import FrameKind, Mechanism
+    from profiler.tree.mechanics import is_lock_release
+
+    kinds = session.frames.kinds()
+    runtime = [f for fid, f in shown if int(kinds[fid]) == FrameKind.RUNTIME]
+    released = False
+    for fid, frame in reversed(shown):
+        if frame.mechanism is not None:
+            if frame.mechanism is Mechanism.GIL_WAIT and released:
+                return Mechanism.GIL_HANDOFF, (runtime or [None])[-1]
+            return frame.mechanism, (runtime or [None])[-1]
+        if int(kinds[fid]) == FrameKind.RUNTIME:
+            break
+        released = released or is_lock_release(frame)
+    return None, (runtime or [None])[-1]
+
+
 def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple[list, int]:
     """``function_totals`` as its definition says it, one displayed stack at a time (what it did before it
     worked over the prefix tree)."""
     from collections import Counter
 
     from profiler.tree.calltree import frame_filter, stack_counts
+    from profiler.tree.mechanics import label
     from profiler.tree.totals import FunctionTotal, function_label
 
     keep = frame_filter(config)
     self_n: Counter[str] = Counter()
     total_n: Counter[str] = Counter()
+    python_n: Counter[str] = Counter()
+    lines = {}
     samples = 0
     for per in stack_counts(session, config).values():
         for sid, n in per.items():
@@ -107,29 +131,45 @@ def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple
             labels = [function_label(f) for _fid, f in shown]
             if labels:
                 samples += n
-                self_n[labels[-1]] += n
-                total_n.update({label: n for label in set(labels)})
-    totals = [FunctionTotal(label, self_n[label], total) for label, total in total_n.items()]
+                mechanism, innermost = mechanism_by_definition(session, shown)
+                groups = {label(f.mechanism) for _fid, f in shown if f.mechanism is not None}
+                lines.update({label(f.mechanism): f.mechanism for _fid, f in shown if f.mechanism is not None})
+                if mechanism is not None:
+                    groups.add(label(mechanism))
+                    lines[label(mechanism)] = mechanism
+                self_n[labels[-1] if mechanism is None else label(mechanism)] += n
+                total_n.update({label_: n for label_ in set(labels) | groups})
+                if innermost is not None:
+                    python_n[label(innermost.mechanism) if innermost.mechanism else function_label(innermost)] += n
+    totals = [FunctionTotal(name, self_n[name], total, python_n[name], lines.get(name))
+              for name, total in total_n.items()]  # fmt: skip
     return sorted(totals, key=lambda t: (-t.self_samples, -t.total_samples, t.label)), samples
 
 
-def _random_session(seed: int) -> Session:
+def _random_session(seed: int, mechanisms: bool = False) -> Session:
     """Native frames (some with inlined calls, some the interpreter's own, hidden with --hide-interpreter)
-    and runtime frames, with recursion, several threads and idle samples."""
+    and runtime frames, with recursion, several threads and idle samples; with ``mechanisms``, some frames
+    and inlined calls of each runtime mechanism, and some lock releases."""
     import random
 
-    from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
+    from profiler.model import FrameInfo, FrameKind, Mechanism, SampleClass, StopReason
 
     rng = random.Random(seed)
     session = Session(SessionMeta(pid=7, command=["x"]))
     threads = [session.thread_index(7, tid, 1, f"t{tid}") for tid in (7, 8, 9)]
     keys, info = [], []
+    kinds = list(Mechanism)
     for i in range(30):
         kind = FrameKind.RUNTIME if i % 3 == 0 else FrameKind.NATIVE
         keys.append((kind, 0, 0x1000 + i, 0))
         interpreter = kind == FrameKind.NATIVE and i % 5 == 1
-        info.append(FrameInfo(f"f{i % 24}", file="a.py" if kind == FrameKind.RUNTIME else None,
-                              module=None if kind == FrameKind.RUNTIME else "m.so", interpreter=interpreter))
+        mechanism = kinds[i % 4] if mechanisms and i % 7 == 2 else None
+        if mechanisms and kind == FrameKind.RUNTIME and i % 9 == 0:
+            mechanism = Mechanism.IMPORT  # importlib's frames
+        name = "__GI___lll_lock_wake" if mechanisms and i % 7 == 4 and kind == FrameKind.NATIVE else f"f{i % 24}"
+        info.append(FrameInfo(name, file="a.py" if kind == FrameKind.RUNTIME else None,
+                              module=None if kind == FrameKind.RUNTIME else "m.so", interpreter=interpreter,
+                              mechanism=mechanism))  # fmt: skip
     for _ in range(300):
         depth = rng.randint(1, 12)
         sid = session.intern_stack(tuple(rng.choice(keys) for _ in range(depth)))
@@ -138,8 +178,9 @@ def _random_session(seed: int) -> Session:
     session.frame_info = [info[keys.index(session.frames.key(fid))] for fid in range(len(session.frames))]
     for fid in range(len(session.frames)):
         if fid % 4 == 1 and int(session.frames.kinds()[fid]) == FrameKind.NATIVE:
+            mechanism = kinds[fid % 3] if mechanisms and fid % 3 else None
             session.inlined[fid] = [FrameInfo(f"inl{fid}", module="m.so", inlined=True,
-                                              interpreter=fid % 8 == 1)]  # fmt: skip
+                                              interpreter=fid % 8 == 1, mechanism=mechanism)]  # fmt: skip
     return session
 
 
@@ -148,13 +189,20 @@ CONFIGS = [ExportConfig(), ExportConfig(hide_interpreter=True), ExportConfig(idl
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("config", CONFIGS)
-def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed, config):
+@pytest.mark.parametrize("mechanisms", [False, True], ids=["functions", "mechanisms"])
+def test_function_totals_over_the_prefix_tree_are_those_of_each_stack_shown(seed, config, mechanisms):
     """The totals computed level by level over the tree are those of each stack as it is shown, the leaf
-    included where an interpreter frame's inlined calls are shown after the runtime frames it runs."""
+    included where an interpreter frame's inlined calls are shown after the runtime frames it runs; so are
+    the mechanisms' lines and the Python self column."""
     from profiler.tree.totals import function_totals
 
-    session = _random_session(seed)
-    assert function_totals(session, config) == _totals_one_stack_at_a_time(session, config)
+    session = _random_session(seed, mechanisms)
+    totals, samples = function_totals(session, config)
+    assert (totals, samples) == _totals_one_stack_at_a_time(session, config)
+    assert any(t.python_samples for t in totals), "no Python self to compare"
+    if mechanisms:
+        lines = {t.mechanism for t in totals if t.self_samples and t.mechanism is not None}
+        assert len(lines) >= 2, f"too few mechanisms decided a leaf to compare: {lines}"
 
 
 @pytest.mark.parametrize("seed", range(6))

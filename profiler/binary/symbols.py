@@ -70,7 +70,7 @@ class SymbolTable:
         labels = _code_labels(syms, kind, executable)
         # a size-0 symbol (a function written in assembly, a label) ends at the next function or label, or
         # at the end of its section
-        boundaries = np.union1d(self.addrs, labels["st_value"].astype(np.uint64))
+        boundaries = _sorted_unique(np.concatenate((self.addrs, labels["st_value"].astype(np.uint64))))
         next_start = _next_boundary(self.addrs, funcs["st_shndx"], boundaries, section_ends)
         self.ends = np.where(self.sizes > 0, self.addrs + self.sizes, next_start)
         self._by_name: dict[str, int] | None = None
@@ -166,6 +166,15 @@ def _code_labels(syms: np.ndarray, kind: np.ndarray, executable: np.ndarray | No
     labels = syms[chosen]
     ordered: np.ndarray = labels[np.argsort(labels["st_value"], kind="stable")]
     return ordered
+
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-D array, without it: numpy's set functions import ``numpy.ma`` at their first
+    call, 10-20 ms of every nprof start (the first symbol table of each run paid it)."""
+    ordered = np.sort(values)
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]
 
 
 def _next_boundary(

@@ -84,8 +84,9 @@ def check_writable(path: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str) -> Iterator[BinaryIO]:
-    """Yield a binary file; on success it replaces ``path`` in one rename, on error it is removed."""
+def atomic_write(path: str, durable: bool = True) -> Iterator[BinaryIO]:
+    """Yield a binary file; on success it replaces ``path`` in one rename, on error it is removed.
+    ``durable``: synced to disk before the rename (a profile; a cache entry, checked on load, need not be)."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
@@ -95,7 +96,8 @@ def atomic_write(path: str) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, 0o644 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

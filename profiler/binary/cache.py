@@ -7,10 +7,14 @@
   change never reads an old entry.
 * Writes are atomic (a temporary file in the same directory, then ``rename``), so concurrent nprof
   processes see either a whole entry or none.
-* Entries are ``np.savez`` archives loaded with ``allow_pickle=False``: a cache file can hold numbers
-  only, never code. The zip format checks each member's CRC32, so a flipped bit is caught on load.
+* Entries are flat files of numbers (``_encode``): a magic, a JSON header naming each array's dtype,
+  shape and place, the arrays' bytes, and a CRC32 of all of it, so a flipped bit is caught on load.
+  No dtype holding Python objects is accepted: a cache file can hold numbers only, never code. Loading
+  one is a read, a CRC and a view per array: ``np.load`` of the ``np.savez`` archives used before took
+  ~20 ms per 2 MB CFI table, a few of which every start loads (docs/decisions/start-up-latency.md).
   Anything unreadable, of another version, or rejected by the caller's validation is deleted and
   counted, and the caller rebuilds.
+* Not synced to disk: a torn entry after a crash fails its CRC and is rebuilt.
 * Bounded: a load marks its entry used, and a store trims the cache (``cache_trim.py``) at most once a
   day: entries unused for a week go, and the least recently used while it holds more than 512 MiB.
 
@@ -21,18 +25,29 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
+import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from profiler.atomic import atomic_write
 from profiler.binary.cache_trim import mark_used, trim_if_due
 from profiler.errors import NprofError
 
 #: bump on any change to what an entry holds or means
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 _VERSION_KEY = "_nprof_cache_version"
+#: an entry's file name ends so (``cache_trim.py`` knows entries by it)
+ENTRY_SUFFIX = ".tables"
+#: an entry's first bytes; then the header's length and the CRC32 of everything after these 16 bytes
+_MAGIC = b"nprof\x00tb"
+_PREFIX = struct.Struct("<8sII")
+#: each array's bytes start at a multiple of this (numpy's own allocation alignment)
+_ALIGN = 64
 
 Arrays = dict[str, npt.NDArray[np.generic]]
 
@@ -72,7 +87,7 @@ class TableCache:
         self.stats = CacheStats()
 
     def path_for(self, key: str) -> str:
-        return os.path.join(self.directory, key + ".npz")
+        return os.path.join(self.directory, key + ENTRY_SUFFIX)
 
     def load(self, key: str) -> Arrays | None:
         """The arrays of an entry, or None (missing, or discarded because it is not trustworthy)."""
@@ -80,12 +95,16 @@ class TableCache:
             return None
         path = self.path_for(key)
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                arrays = {name: archive[name] for name in archive.files}
+            with open(path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             self.stats.misses += 1
             return None
-        except Exception:  # whatever a damaged archive raises, it is not trusted: rebuild
+        except OSError:
+            self.discard(key)
+            return None
+        arrays = _decode(data)
+        if arrays is None:  # whatever is wrong with it, it is not trusted: rebuild
             self.discard(key)
             return None
         version = arrays.pop(_VERSION_KEY, None)
@@ -113,11 +132,67 @@ class TableCache:
         payload[_VERSION_KEY] = np.array(CACHE_VERSION, dtype=np.int64)
         try:
             os.makedirs(self.directory, exist_ok=True)
-            with atomic_write(self.path_for(key)) as f:
-                np.savez(f, **payload)  # type: ignore[arg-type]
+            data = _encode(payload)
+            with atomic_write(self.path_for(key), durable=False) as f:
+                f.write(data)
         except (OSError, NprofError, ValueError):
             self.stats.write_errors += 1
             return False
         self.stats.writes += 1
         trim_if_due(self.root)
         return True
+
+
+def _encode(arrays: Arrays) -> bytes:
+    """One entry's bytes (the module docstring); ValueError for a dtype holding objects."""
+    header: list[list[Any]] = []
+    parts: list[bytes] = []
+    at = 0
+    for name, array in arrays.items():
+        if array.dtype.hasobject:
+            raise ValueError(f"{name}: a cache entry holds numbers only")
+        raw = np.ascontiguousarray(array).tobytes()
+        pad = -at % _ALIGN
+        parts.append(b"\0" * pad)
+        at += pad
+        header.append([name, np.lib.format.dtype_to_descr(array.dtype), list(array.shape), at, len(raw)])
+        parts.append(raw)
+        at += len(raw)
+    text = orjson.dumps(header)
+    text += b" " * (-(_PREFIX.size + len(text)) % _ALIGN)  # (the arrays start aligned in the file too)
+    body = text + b"".join(parts)
+    return _PREFIX.pack(_MAGIC, len(text), zlib.crc32(body)) + body
+
+
+def _decode(data: bytes) -> Arrays | None:
+    """The arrays of an entry's bytes (views of them), or None if they are not a whole, intact entry."""
+    if len(data) < _PREFIX.size:
+        return None
+    magic, header_size, crc = _PREFIX.unpack_from(data)
+    if magic != _MAGIC or zlib.crc32(memoryview(data)[_PREFIX.size :]) != crc:
+        return None
+    start = _PREFIX.size + header_size
+    try:
+        header = orjson.loads(data[_PREFIX.size : start])
+        arrays: Arrays = {}
+        for name, descr, shape, offset, size in header:
+            dtype = np.lib.format.descr_to_dtype(_as_descr(descr))
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if dtype.hasobject or offset < 0 or size != count * dtype.itemsize or start + offset + size > len(data):
+                return None
+            arrays[str(name)] = np.frombuffer(data, dtype, count, start + offset).reshape(shape)
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError):
+        return None
+    return arrays
+
+
+def _as_descr(descr: Any) -> Any:
+    """A dtype description back from JSON, whose tuples became arrays: a record's fields are
+    ``(name, type[, shape])``, a type a string or a record of its own, a shape a tuple of ints."""
+    if not isinstance(descr, list):
+        return descr
+    fields = []
+    for name, kind, *shape in descr:
+        fields.append((name, _as_descr(kind), *(tuple(shape[0]) if isinstance(shape[0], list) else shape[0]
+                                                for _ in shape[:1])))  # fmt: skip
+    return fields

@@ -43,6 +43,8 @@ STALE_TEMP_AGE_S = 3600
 STAMP = "last-trim"
 
 _TABLE_DIR = re.compile(r"[a-z]+-v[0-9]+")
+#: entries' file names end so: ``cache.ENTRY_SUFFIX``, and ``.npz`` for an older nprof's ``np.savez`` entries
+_ENTRY_SUFFIXES = (".tables", ".npz")
 
 
 @dataclass
@@ -71,7 +73,7 @@ def trim(root: str, now: float, max_bytes: int = MAX_BYTES, max_unused_age: floa
             if item.name.endswith(".tmp") and item.name.startswith("."):
                 if now - info.st_mtime > STALE_TEMP_AGE_S:
                     _remove(item.path, info.st_size, result)
-            elif item.name.endswith(".npz") and item.is_file(follow_symlinks=False):
+            elif item.name.endswith(_ENTRY_SUFFIXES) and item.is_file(follow_symlinks=False):
                 if now - info.st_mtime > max_unused_age:
                     _remove(item.path, info.st_size, result)
                 else:

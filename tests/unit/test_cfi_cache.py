@@ -3,6 +3,7 @@ versioned, and a corrupt entry is discarded and rebuilt, never trusted."""
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import shutil
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from profiler.binary import cache as cache_module
-from profiler.binary.cache import CACHE_VERSION, TableCache, cache_key, default_cache_dir
+from profiler.binary.cache import CACHE_VERSION, ENTRY_SUFFIX, TableCache, cache_key, default_cache_dir
 from profiler.binary.cfi.snapshot import table_from_arrays, table_to_arrays
 from profiler.binary.objfile import ObjectFileCache
 from profiler.errors import BinaryError
@@ -52,7 +53,7 @@ def test_round_trip_and_no_temporary_files_left(tmp_path: Path) -> None:
     cache = TableCache("cfi", str(tmp_path))
     arrays = small_table_arrays()
     assert cache.store("build-id-ab", arrays)
-    assert os.listdir(cache.directory) == ["build-id-ab.npz"]
+    assert os.listdir(cache.directory) == ["build-id-ab" + ENTRY_SUFFIX]
     assert cache.directory.endswith(f"cfi-v{CACHE_VERSION}")
     loaded = cache.load("build-id-ab")
     assert loaded is not None and set(loaded) == set(arrays)
@@ -83,11 +84,19 @@ def test_corrupt_entries_are_discarded(tmp_path: Path, damage: str) -> None:
     elif damage == "garbage":
         data = bytearray(b"not a zip file at all")
     else:
-        np.savez(path, rows=np.array([{"a": 1}], dtype=object))  # a pickled object array
-        data = bytearray(path.read_bytes())
+        archive = io.BytesIO()
+        np.savez(archive, rows=np.array([{"a": 1}], dtype=object))  # a pickled object array, in a zip
+        data = bytearray(archive.getvalue())
     path.write_bytes(bytes(data))
     assert cache.load("k") is None
     assert cache.stats.discarded == 1 and not path.exists()
+
+
+def test_arrays_of_objects_are_never_stored(tmp_path: Path) -> None:
+    """An entry holds numbers only: storing objects fails (counted), and nothing is written."""
+    cache = TableCache("cfi", str(tmp_path))
+    assert cache.store("k", {"rows": np.array([{"a": 1}], dtype=object)}) is False
+    assert cache.stats.write_errors == 1 and not os.path.exists(cache.path_for("k"))
 
 
 def test_out_of_range_contents_are_rejected_by_validation() -> None:
@@ -130,7 +139,7 @@ def test_concurrent_writers_never_expose_a_partial_entry(tmp_path: Path) -> None
         for w in writers:
             w.join(30)
     assert reader.stats.discarded == 0
-    assert [n for n in os.listdir(reader.directory) if n != "shared.npz"] == []
+    assert [n for n in os.listdir(reader.directory) if n != "shared" + ENTRY_SUFFIX] == []
 
 
 def test_unwritable_cache_directory_is_not_an_error(tmp_path: Path) -> None:
@@ -168,7 +177,8 @@ def test_scanned_debug_frame_index_is_cached_and_a_corrupt_entry_rebuilt(tmp_pat
     obj2 = fresh.open(str(binary), str(binary))
     assert obj2.unwind_table is not None and len(obj2.unwind_table) == len(obj.unwind_table)
     assert fresh.unwind_cache.stats.discarded == 1
-    assert TableCache("cfi", directory).load(entries[0][:-4]) is not None  # rebuilt and stored again
+    # rebuilt and stored again
+    assert TableCache("cfi", directory).load(entries[0].removesuffix(ENTRY_SUFFIX)) is not None
 
 
 def test_a_bad_fde_is_counted_again_after_a_restore() -> None:

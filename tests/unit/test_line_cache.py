@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiler.binary.cache import TableCache
+from profiler.binary.cache import CACHE_VERSION, ENTRY_SUFFIX, TableCache
 from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import load_symbols
 from profiler.symbolize import line_table
@@ -39,8 +39,8 @@ def test_an_entry_of_the_wrong_shape_is_discarded_and_decoded_again(chain_fp, tm
     cache = TableCache("lines", str(tmp_path))
     addresses = function_addresses(chain_fp)
     first = DwarfResolver(ElfFile(chain_fp), line_cache=cache).resolve(addresses)
-    [entry] = list((tmp_path / "lines-v1").iterdir())
-    key = entry.name.removesuffix(".npz")
+    [entry] = list((tmp_path / f"lines-v{CACHE_VERSION}").iterdir())
+    key = entry.name.removesuffix(ENTRY_SUFFIX)
     arrays = cache.load(key)
     assert arrays
     damaged = {name: column.astype(np.float64) if name == "lines" else column
@@ -54,7 +54,7 @@ def test_an_entry_of_the_wrong_shape_is_discarded_and_decoded_again(chain_fp, tm
 def test_a_disabled_cache_writes_nothing(chain_fp, tmp_path):
     cache = TableCache("lines", str(tmp_path), enabled=False)
     DwarfResolver(ElfFile(chain_fp), line_cache=cache).resolve(function_addresses(chain_fp))
-    assert not (tmp_path / "lines-v1").exists()
+    assert not (tmp_path / f"lines-v{CACHE_VERSION}").exists()
 
 
 def columns(base: int, rows: int) -> line_table.LineColumns:
@@ -87,8 +87,8 @@ def test_program_bounds_past_the_rows_discard_the_entry(tmp_path):
     store = LineTableStore(b"section", cache)
     store.put(0x0, columns(0x1000, 3))
     store.save()
-    [entry] = list((tmp_path / "lines-v1").iterdir())
-    key = entry.name.removesuffix(".npz")
+    [entry] = list((tmp_path / f"lines-v{CACHE_VERSION}").iterdir())
+    key = entry.name.removesuffix(ENTRY_SUFFIX)
     arrays = cache.load(key)
     assert arrays
     arrays["program_ends"] = arrays["program_ends"] + 1
@@ -121,8 +121,8 @@ def test_a_frame_entry_that_does_not_fit_is_discarded_and_resolved_again(chain_f
     lines, frames = TableCache("lines", str(tmp_path)), TableCache("frames", str(tmp_path))
     addresses = function_addresses(chain_fp)
     first = DwarfResolver(ElfFile(chain_fp), line_cache=lines, frame_cache=frames).resolve(addresses)
-    [entry] = list((tmp_path / "frames-v1").iterdir())
-    key = entry.name.removesuffix(".npz")
+    [entry] = list((tmp_path / f"frames-v{CACHE_VERSION}").iterdir())
+    key = entry.name.removesuffix(ENTRY_SUFFIX)
     arrays = frames.load(key)
     assert arrays
     arrays["names"] = arrays["names"] + len(arrays["string_ends"])  # every name out of the string table

@@ -13,8 +13,8 @@ One record per row (DESIGN.md section 2, rule 3)::
     extra       i4   id of the rules of any other register (signal frames), -1 for none
 
 Expressions are stored once each (by value) in ``expressions``; rules of untracked registers in
-``extras``. Both side tables are lists of bytes / tuples of ints, so a whole table can be saved with
-``np.savez`` and no pickle (the expressions as one byte blob plus offsets).
+``extras``. Both side tables are lists of bytes / tuples of ints, so a whole table can be saved as
+numbers only (``binary/cache.py``; the expressions as one byte blob plus offsets).
 """
 
 from __future__ import annotations

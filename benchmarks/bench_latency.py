@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -54,8 +55,8 @@ LONG_SECONDS = 10
 KTHREADD = 2  #: the kernel's thread creator, pid 2 on every Linux
 #: what each tool prints once it samples; nprof's comes after its attach, just before its first tick
 ANNOUNCEMENTS = {"nprof": b"nprof: recording pid", "py-spy": b"Sampling process"}
-#: the sample count in each tool's last words (nprof: one per thread sampled; py-spy: one per tick, all
-#: threads). py-spy's -d is a count of ticks (duration × rate), so a py-spy that falls behind records past it
+#: the sample count in each tool's last words (both: one per thread sampled, idle threads left out). py-spy's
+#: -d is a count of ticks (duration × rate: its record_samples), so a py-spy that falls behind records past it
 SAMPLES = {"nprof": re.compile(rb"([\d,]+) samples of"), "py-spy": re.compile(rb"Samples: (\d+)")}
 DUMPERS = (("nprof", "warm"), ("nprof", "cold"), ("nprof --no-native", "warm"), ("nprof --no-native", "cold"),
            ("py-spy", "-"), ("py-spy --native", "-"))  # fmt: skip
@@ -128,13 +129,27 @@ def watch(argv: list[str], env: dict[str, str], timeout: float) -> Watched:
     return run
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds of a command run to its end, its exit status and its last line of output."""
+@dataclass
+class Timed:
+    """A command run to its end: wall and CPU seconds (user + system, its children reaped by it included),
+    exit status and last line of output. The CPU time is what load cannot inflate, the least its wall time
+    could be on an idle machine (less the time it spends waiting)."""
+
+    wall: float
+    cpu: float
+    rc: int
+    said: str
+
+
+def timed(argv: list[str], env: dict[str, str]) -> Timed:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=120)
     wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     said = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
-    return wall, result.returncode, said[-1][:200] if said else ""
+    return Timed(wall, cpu, result.returncode, said[-1][:200] if said else "")
 
 
 def missing_pid() -> int:
@@ -177,10 +192,10 @@ class Bench:
     def dumps(self, pid: int) -> None:
         for tool, cache in self.order(DUMPERS):
             with self.env(cache) as env:
-                wall, rc, said = timed(command(tool, "dump", ["--pid", str(pid)]), env)
-            if rc != 0:
-                raise RuntimeError(f"{tool} dump failed ({rc}): {said}")
-            self.keep("dump", "dump --pid", "10 threads", tool, cache, wall)
+                run = timed(command(tool, "dump", ["--pid", str(pid)]), env)
+            if run.rc != 0:
+                raise RuntimeError(f"{tool} dump failed ({run.rc}): {run.said}")
+            self.keep("dump", "dump --pid", "10 threads", tool, cache, run.wall, cpu=run.cpu)
 
     def errors(self) -> None:
         for target, pid in (("no such pid", missing_pid()), ("kernel thread (pid 2)", KTHREADD)):
@@ -188,10 +203,10 @@ class Bench:
                 for tool, cache in self.order(ERRORS):
                     output = os.path.join(self.work, "error.speedscope.json") if verb == "record" else None
                     with self.env(cache) as env:
-                        wall, rc, said = timed(command(tool, verb, ["--pid", str(pid)], output), env)
-                    if rc == 0:
+                        run = timed(command(tool, verb, ["--pid", str(pid)], output), env)
+                    if run.rc == 0:
                         raise RuntimeError(f"{tool} {verb} --pid {pid} succeeded")
-                    self.keep("error", f"{verb} --pid", target, tool, cache, wall, said=said)
+                    self.keep("error", f"{verb} --pid", target, tool, cache, run.wall, cpu=run.cpu, said=run.said)
 
     def record_pid(self, pid: int, seconds: int, variants: tuple[tuple[str, str], ...] = RECORDERS) -> None:
         cmd = f"record --pid -d {seconds}"
@@ -248,9 +263,9 @@ def _end_leftover(times: str) -> None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Medians with ranges; each nprof row's ratio to py-spy (and to py-spy --native) of the same
-    repetition, where py-spy's time is positive."""
-    out = ["| measure | command | target | tool | nprof cache | seconds | × py-spy | × py-spy --native |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    repetition, where py-spy's time is positive; CPU seconds where they were measured."""
+    out = ["| measure | command | target | tool | nprof cache | seconds | × py-spy | × py-spy --native | CPU s |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups = dict.fromkeys((r["measure"], r["command"], r["target"]) for r in rows)
     for measure, cmd, target in groups:
         picked = [r for r in rows if (r["measure"], r["command"], r["target"]) == (measure, cmd, target)]
@@ -261,6 +276,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 theirs = {r["rep"]: r["seconds"] for r in picked if r["tool"] == peer}
                 ratios = [mine[rep] / theirs[rep] for rep in mine if theirs.get(rep, 0) > 0]
                 cells.append(spread(ratios) if ratios and tool.startswith("nprof") else "—")
+            cpu = [r["cpu"] for r in picked if (r["tool"], r["cache"]) == (tool, cache) and "cpu" in r]
+            cells.append(spread(cpu) if cpu else "—")
             out.append(f"| {measure} | `{cmd}` | {target} | {tool} | {cache} | {' | '.join(cells)} |")
     return "\n".join(out)
 

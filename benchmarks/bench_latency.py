@@ -4,7 +4,8 @@
   threads in a pure-Python loop with short sleeps, the main thread asleep); nprof with native frames (its
   default) and ``--no-native``, py-spy without and with ``--native``.
 * error: wall time until ``record --pid`` and ``dump --pid`` report a pid that does not exist, or a kernel
-  thread (kthreadd, pid 2: as root, the one process here nothing may profile).
+  thread (kthreadd, pid 2: as root, the one process here nothing may profile). For these and the dumps,
+  also the command's CPU time, which the load cannot inflate.
 * first sample: from the profiler's launch to the line that says it samples (nprof: "nprof: recording pid"
   on stderr, printed after its attach, just before its first tick; py-spy: "Sampling process" on stdout),
   read line by line as it comes, for ``record --pid P -d 3`` of the 10-thread process and for ``record --
@@ -16,10 +17,10 @@
 Both write speedscope (``-o x.speedscope.json``; py-spy ``--format speedscope``), at both tools' default
 100 Hz. nprof runs as ``python3 -m profiler`` from this checkout. Its caches (compiled CFI tables, decoded
 line tables, resolved frames: ``$XDG_CACHE_HOME/nprof``) are a directory of this run's: "warm" after one
-unmeasured run of every command first, "cold" a fresh empty one per run (the OS page cache stays warm: this
-machine is shared, so it is not dropped). py-spy keeps no cache. Repetitions are interleaved, the order of
-the tools rotated each repetition; ratios are against py-spy's run of the same repetition. Results in
-docs/benchmarks.md, raw rows in benchmarks/results/latency.json.
+unmeasured run of every command first (for ``-d 10``, that of ``-d 3``), "cold" a fresh empty one per run
+(the OS page cache stays warm: this machine is shared, so it is not dropped). py-spy keeps no cache.
+Repetitions are interleaved, the order of the tools rotated each repetition; ratios are against py-spy's
+run of the same repetition. Results in docs/benchmarks.md, raw rows in benchmarks/results/latency.json.
 
 usage: python -m benchmarks.bench_latency [--reps 5] [--long-reps 3] [--interpreter PATH]
 """

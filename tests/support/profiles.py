@@ -55,3 +55,8 @@ def share(stacks: Counter, predicate) -> tuple[float, float]:
 
 def ends_with(stack: tuple[str, ...], chain: tuple[str, ...]) -> bool:
     return stack[-len(chain):] == chain
+
+
+def dumped_threads(doc: dict) -> list[dict]:
+    """Every thread of an ``nprof dump --json`` document, of every process in it, in its order."""
+    return [thread for process in doc["processes"] for thread in process["threads"]]

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
 from tests.support.profiles import dumped_threads, read_speedscope
-from tests.support.targets import record, run_nprof, running_target
+from tests.support.targets import nprof_command, record, run_nprof, running_target
 from tests.targets.python.interpreters import TARGETS, interpreter_params
 
 FAMILY = os.path.join(TARGETS, "family.py")
@@ -122,3 +123,14 @@ def test_a_recording_of_several_processes_names_the_process_once_per_profile(int
     assert together.name == f"all threads ({len(threads)}) of 2 processes", together.name
     for pid in (target.pid, child):
         assert [s for s in together.stacks if s[0].startswith(f"pid {pid} [") and "pay" in s], pid
+
+
+def test_dump_subprocesses_of_nprof_s_own_shell_leaves_nprof_out(tmp_path):
+    """``nprof dump --pid $$ --subprocesses`` from a shell: nprof is one of the shell's descendants, left out
+    without a word (it said it could not follow itself), the shell's other children dumped."""
+    script = f"sleep 30 & {' '.join(nprof_command('dump', '--pid', '$$', '--subprocesses', '--json'))}; kill $!"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "not following" not in result.stderr, result.stderr
+    processes = json.loads(result.stdout)["processes"]
+    assert [p["name"] for p in processes] == ["bash", "sleep"], [(p["pid"], p["name"]) for p in processes]

@@ -17,6 +17,7 @@ a function called on several paths appeared as scattered blocks.)
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -59,7 +60,7 @@ class _SharedFrames:
         self.frames: list[dict[str, object]] = []
         self._infos = displays.infos
         self._of_display = [-1] * len(displays.infos)  #: display id -> index, once used
-        self._by_key: dict[tuple[str, str | None, int | None], int] = {}
+        self._by_key: dict[tuple[str, str, int], int] = {}
         self._roots: dict[str, int] = {}
 
     def root(self, label: str) -> int:
@@ -81,7 +82,7 @@ class _SharedFrames:
         return out
 
     def _add(self, f: FrameInfo) -> int:
-        key = (f.name, f.file or f.module, f.line)
+        key = _frame_key(f)
         i = self._by_key.get(key)
         if i is None:
             i = self._by_key[key] = len(self.frames)
@@ -89,12 +90,41 @@ class _SharedFrames:
         return i
 
 
+def _frame_key(f: FrameInfo) -> tuple[str, str, int]:
+    """What makes frames one entry of the frame table, and orders stacks: its name, file (or module), line."""
+    return (f.name, f.file or f.module or "", f.line or 0)
+
+
 def _sort_ranks(displays: StackDisplays) -> list[int]:
-    """Per display id, the rank of its (name, file or module) among all of them: stacks compared as lists of
-    ranks are in the alphabetical order of their frames, without building strings per stack."""
-    keys = [(f.name, f.file or f.module or "") for f in displays.infos]
+    """Per display id, the rank of its frame's key among all of them: stacks compared as lists of ranks are in
+    the alphabetical order of their frames, without building strings per stack. Two frames of one key share
+    a rank as they share an index in the frame table, so stacks of equal ranks show the same frames."""
+    keys = [_frame_key(f) for f in displays.infos]
     position = {key: i for i, key in enumerate(sorted(set(keys)))}
     return [position[key] for key in keys]
+
+
+class _ShownStacks:
+    """The stacks that some profile shows, in flame graph order, each as speedscope's frame indices, once:
+    ``group`` gives each stack id the position of what it shows, which stacks that show the same frames (an
+    address elsewhere in a function, a hidden frame) share. Profiles then sort and merge their stacks by
+    that int; sorted by frames in each profile, the profile of all threads doubled the time to sort."""
+
+    def __init__(self, displays: StackDisplays, shared: _SharedFrames, sids: list[int]) -> None:
+        rank = _sort_ranks(displays)
+        keyed = [([rank[d] for d in shown], shared.indices(shown), sid)
+                 for sid, shown in zip(sids, displays.many(sids)) if shown]  # fmt: skip
+        keyed.sort(key=itemgetter(0))  # (by the ranks alone: a tuple's comparison compares them twice)
+        #: per position, the frame indices shown, root first
+        self.frames: list[list[int]] = []
+        #: stack id -> position; none for a stack that shows nothing (every frame hidden)
+        self.group: dict[int, int] = {}
+        last: list[int] | None = None
+        for ranks, indices, sid in keyed:
+            if ranks != last:
+                self.frames.append(indices)
+                last = ranks
+            self.group[sid] = len(self.frames) - 1
 
 
 class SpeedscopeExporter(Exporter):
@@ -104,39 +134,44 @@ class SpeedscopeExporter(Exporter):
     def render(self, session: Session, config: ExportConfig) -> bytes:
         displays = StackDisplays(session, frame_filter(config))
         shared = _SharedFrames(displays)
-        rank = _sort_ranks(displays)
-        #: stack id -> (sort key, frame indices): a stack several threads ran is expanded once
-        rows_of: dict[int, tuple[list[int], list[int]]] = {}
+        counts = stack_counts(session, config)
+        shown = _ShownStacks(displays, shared, list({sid for per in counts.values() for sid in per}))
         seconds_per_sample = _seconds_per_sample(session)
         profiles: list[dict[str, Any]] = []
         processes = process_labels(session)
-        #: (process label, "" in a session of one process; stack id) -> the samples of all its threads
-        together: dict[tuple[str, int], int] = {}
-        for thread, per in stack_counts(session, config).items():
-            new = [sid for sid in per if sid not in rows_of]
-            for sid, shown in zip(new, displays.many(new)):
-                rows_of[sid] = ([rank[d] for d in shown], shared.indices(shown))
-            rows = [(("", rows_of[sid][0]), rows_of[sid][1], n) for sid, n in per.items() if rows_of[sid][0]]
-            if not rows:
+        #: process label ("" in a session of one process) -> position of a stack shown -> samples of all threads
+        together: dict[str, dict[int, int]] = {}
+        group = shown.group
+        for thread, per in counts.items():
+            samples: dict[int, int] = {}  #: position of a stack shown -> the thread's samples
+            for sid, n in per.items():
+                g = group.get(sid)
+                if g is not None:
+                    samples[g] = samples.get(g, 0) + n
+            if not samples:
                 continue
             t = session.threads[thread]
             process = processes.get(t.pid, "")
-            for sid, n in per.items():
-                together[(process, sid)] = together.get((process, sid), 0) + n
+            of_process = together.setdefault(process, {})
+            for g, n in samples.items():
+                of_process[g] = of_process.get(g, 0) + n
             name = f"{process}: {thread_label(t)}" if process else thread_label(t)
-            profiles.append(_sampled(name, rows, seconds_per_sample))
+            rows = sorted(samples.items())
+            profiles.append(_sampled(name, [shown.frames[g] for g, _n in rows], [n for _g, n in rows],
+                                     seconds_per_sample))  # fmt: skip
         profiles.sort(key=lambda p: -p["endValue"])
         if len(profiles) > 1:
-            rows = []
-            for (process, sid), n in together.items():
-                ranks, indices = rows_of[sid]
-                if ranks:
-                    rows.append(((process, ranks), [shared.root(process), *indices] if process else indices, n))
-            name = _together_name(len(profiles), len({process for process, _sid in together}))
-            profiles.insert(0, _sampled(name, rows, seconds_per_sample))
+            stacks, weights = [], []
+            for process in sorted(together):  # each process's stacks together, under its label
+                root = [shared.root(process)] if process else []
+                for g, n in sorted(together[process].items()):
+                    stacks.append([*root, *shown.frames[g]] if root else shown.frames[g])
+                    weights.append(n)
+            name = _together_name(len(profiles), len(together))
+            profiles.insert(0, _sampled(name, stacks, weights, seconds_per_sample))
         if not profiles:
             # an empty sampled profile keeps the file loadable when nothing was sampled (e.g. all idle)
-            profiles.append(_sampled("no samples", [], seconds_per_sample))
+            profiles.append(_sampled("no samples", [], [], seconds_per_sample))
         document = {
             "$schema": SCHEMA_URL,
             "name": profile_name(session),
@@ -148,24 +183,9 @@ class SpeedscopeExporter(Exporter):
         return orjson.dumps(document)
 
 
-#: a row of a profile: (sort key: process label and frame ranks; frame indices, root first; samples)
-_Row = tuple[tuple[str, list[int]], list[int], int]
-
-
-def _sampled(name: str, rows: list[_Row], seconds_per_sample: float) -> dict[str, Any]:
-    """A sampled profile of ``rows``, in the alphabetical order of their frames (root first: the flame graph
-    order the module's docstring gives), each stack weighed by its samples' time. Rows that show the same
-    frames (stacks that differ only in what is not shown: an address within a function, a hidden frame) are
-    one entry."""
-    rows.sort(key=lambda row: (row[0], row[1]))  # (by the indices too: equal stacks become neighbours)
-    samples: list[list[int]] = []
-    counts: list[int] = []
-    for _key, indices, n in rows:
-        if samples and samples[-1] == indices:
-            counts[-1] += n
-        else:
-            samples.append(indices)
-            counts.append(n)
+def _sampled(name: str, stacks: list[list[int]], counts: list[int], seconds_per_sample: float) -> dict[str, Any]:
+    """A sampled profile of ``stacks`` (frame indices, root first, in the order the module's docstring gives),
+    each weighed by its samples' time."""
     weights = [n * seconds_per_sample for n in counts]
     return {
         "type": "sampled",
@@ -173,7 +193,7 @@ def _sampled(name: str, rows: list[_Row], seconds_per_sample: float) -> dict[str
         "unit": "seconds",
         "startValue": 0,
         "endValue": sum(weights),
-        "samples": samples,
+        "samples": stacks,
         "weights": weights,
     }
 

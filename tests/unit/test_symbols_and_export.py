@@ -170,6 +170,16 @@ def test_speedscope_opens_on_all_threads_together():
     assert together["endValue"] == pytest.approx(sum(p["endValue"] for p in threads))
 
 
+def test_speedscope_writes_a_stack_once_per_profile():
+    """Stacks that differ only in what is not shown (here an address within a function) are one entry."""
+    session = session_with_two_threads()
+    session.add_sample(0, 3, StopReason.END_OF_STACK, SampleClass.RUNNING, 15)  # main runs worker's leaf address
+    doc = json.loads(SpeedscopeExporter().render(session, ExportConfig()))
+    together, main, _worker = doc["profiles"]
+    assert main["name"] == "main (tid 7)" and len(main["samples"]) == 1 and main["weights"] == [pytest.approx(0.75)]
+    assert len(together["samples"]) == 1 and together["weights"] == [pytest.approx(1.05)]
+
+
 def test_speedscope_of_one_thread_has_no_profile_of_all():
     """One thread's profile is all threads': written once."""
     session = session_with_two_threads()

@@ -337,7 +337,7 @@ def test_subinterpreters_do_not_hide_or_misplace_python_frames(interp, tmp_path)
     out = str(tmp_path / "sub.speedscope.json")
     with running_target([interp.path, path], ready_at=2) as target:
         record(target.pid, out, duration="1.5")
-    profiles = {p.name.split(" ")[0]: p for p in read_speedscope(out)}  # "worker (python) (tid N)"
+    profiles = {p.name.split(" ")[0]: p for p in read_speedscope(out)}  # "worker (tid N)"
     main = profiles["MainThread"]
     spin, total = share(main.detailed, lambda s: python_part(s, path) == ("<module>", "main", "main_spin"))
     assert total > 0 and spin / total >= 0.9, f"{spin}/{total} of the main thread's samples in main_spin"

@@ -1,8 +1,9 @@
-"""``nprof dump --pid PID``: every thread's current interleaved stack, printed now.
+"""``nprof dump --pid PID``: every thread's current interleaved stack, printed now, under a header naming its
+process; with ``--subprocesses``, the same for every descendant of the process, each under its own header.
 
 All threads are stopped together (``Tracer.hold``) for one consistent snapshot: registers, stacks, the
 runtime's frame chains and, with ``--locals``, the Python frames' local variables are read while the
-process is paused, then every thread is resumed and the copies are unwound and named.
+process (and its descendants) is paused, then every thread is resumed and the copies are unwound and named.
 
 Each thread is first stopped alone and resumed at once, copied by the runtime agent and, with native
 frames, unwound (``Sampler.prepare_hold``): the agent's code is warm and the code objects on the stacks
@@ -27,6 +28,7 @@ from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
 from profiler.profile.session import Session, SessionMeta
 from profiler.runtime import Agent
 from profiler.sampling.frame_names import name_frames
+from profiler.sampling.sampled_process import SampledProcess
 from profiler.sampling.sampler import Sampler
 from profiler.target import procfs, syscalls
 from profiler.target.capture import Capture, SeizedThread
@@ -50,6 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", "-p", type=int, required=True, help="the process to dump")
     p.add_argument("--locals", action="store_true", help="show each Python frame's local variables")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--subprocesses", action="store_true",
+                   help="dump its descendant processes too, each under a header of its own")  # fmt: skip
     p.add_argument(
         "--native", action=argparse.BooleanOptionalAction, default=True,
         help="interleave native frames (default on); --no-native shows Python frames only",
@@ -81,13 +85,23 @@ class DumpThread:
     walk_stopped: str | None = None
 
 
+@dataclass
+class DumpProcess:
+    pid: int
+    name: str  #: the kernel's name for it (comm)
+    command: list[str]
+    parent: int | None  #: the dumped process it is a child of; None for the process asked for
+    threads: list[DumpThread]  #: by thread id
+
+
 def snapshot(
     pid: int,
     native: bool,
     with_locals: bool,
     agent_factory: Callable[[ObjectFileCache], Sequence[Agent]],
     stack_bytes: int = DUMP_STACK_BYTES,
-) -> tuple[Session, list[DumpThread]]:
+    subprocesses: bool = False,
+) -> tuple[Session, list[DumpProcess]]:
     session = Session(SessionMeta(pid=pid, command=procfs.read_cmdline(pid), rate=0.0, stack_bytes=stack_bytes))
     objects = ObjectFileCache()
     # one fixed window: a dump copies each thread in one held stop, with no later sample to widen it for
@@ -95,10 +109,11 @@ def snapshot(
     sampler = Sampler(session, config, objects=objects, agents=agent_factory(objects),
                       notice=lambda m: print(f"nprof: {m}", file=sys.stderr))  # fmt: skip
     with TracingThread() as tracing:  # its end detaches the target, without stopping it again
-        states, gil, missing, local_vars = tracing.call(_hold, sampler, pid, native, with_locals)
+        states, gil, missing, local_vars, family, names = tracing.call(_hold, sampler, pid, native, with_locals,
+                                                                       subprocesses)  # fmt: skip
     for message in name_frames(session, sampler.modules.objects, sampler.processes.agent_sessions):
         print(f"nprof: {message}", file=sys.stderr)
-    threads = []
+    threads: dict[int, list[DumpThread]] = {p: [] for p in family}
     kinds = session.frames.kinds()
     displays = StackDisplays(session, lambda frame: True)
     for (thread, stack, stop, cls), _n in session.samples.items():
@@ -114,17 +129,18 @@ def snapshot(
                     frame.locals = runtime_locals[python_seen]
                 python_seen += 1
             frames.append(frame)
-        threads.append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
-                                  gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames,
-                                  walk_stopped=_walk_stopped(StopReason(stop), stack_bytes)))  # fmt: skip
+        threads[t.pid].append(DumpThread(t.tid, t.name, STATE_NAMES.get(states.get(t.tid, "?"), "?"),
+                                         gil.get(t.tid), cls == SampleClass.GIL_WAIT, frames,
+                                         walk_stopped=_walk_stopped(StopReason(stop), stack_bytes)))  # fmt: skip
     for record, state, wchan in missing:  # threads that never reported their stop: still listed, with why
         if state is not None and state not in procfs.EXITED_STATES:
             why = f"did not stop in time: {STATE_NAMES.get(state, state)}"
             why += f", waiting in the kernel's {wchan}" if wchan and wchan != "0" else ""
-            threads.append(DumpThread(record.tid, procfs.read_comm(pid, record.tid) or record.name,
-                                      STATE_NAMES.get(state, "?"), None, False, [], why))  # fmt: skip
-    threads.sort(key=lambda d: d.tid)
-    return session, threads
+            threads[record.pid].append(DumpThread(record.tid, procfs.read_comm(record.pid, record.tid) or record.name,
+                                                  STATE_NAMES.get(state, "?"), None, False, [], why))  # fmt: skip
+    processes = [DumpProcess(p, names[p], session.meta.processes.get(p, []), parent,
+                             sorted(threads[p], key=lambda d: d.tid)) for p, parent in family.items()]  # fmt: skip
+    return session, processes
 
 
 class _Held(NamedTuple):
@@ -134,20 +150,27 @@ class _Held(NamedTuple):
     gil: dict[int, bool | None]  #: holds the GIL (None: not known)
     missing: list[tuple[SeizedThread, str | None, str]]  #: did not stop: with its state and wait channel
     local_vars: dict[int, list[list[tuple[str, str]]]]  #: each Python frame's locals, innermost first
+    family: dict[int, int | None]  #: the processes dumped, in order: pid -> its parent's (None: the one asked for)
+    names: dict[int, str]  #: pid -> the kernel's name for the process (comm)
 
 
-def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
-    """On the tracing thread: attach, copy every thread in one held stop, record the copies and end the
-    tracing. Returns each thread's state letter, whether it holds the GIL, the threads that did not stop
-    (with their state and kernel wait channel), and each thread's Python locals."""
-    target = sampler.add_process(pid)
-    locals_of = target.caps.locals.locals if with_locals and target.caps.locals is not None else None
+def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool, subprocesses: bool) -> _Held:
+    """On the tracing thread: attach (with ``subprocesses``, to every descendant too), copy every thread in
+    one held stop, record the copies and end the tracing. Returns each thread's state letter, whether it
+    holds the GIL, the threads that did not stop (with their state and kernel wait channel), each thread's
+    Python locals, and the processes dumped."""
+    sampler.add_process(pid)
+    family: dict[int, int | None] = {pid: None}
+    if subprocesses:
+        family.update(sampler.processes.follow_descendants())
+    targets = [sampler.targets[p] for p in family]
+    locals_of = {t.process.pid: t.caps.locals.locals for t in targets if with_locals and t.caps.locals is not None}
     local_vars: dict[int, list[list[tuple[str, str]]]] = {}
     # not a thread in uninterruptible sleep, which stops for neither and would make the dump wait twice
-    live = sampler.tracer.seized.sync(pid)
+    live = [r for p in family for r in sampler.tracer.seized.sync(p)]
     sampler.prepare_hold([r for r in live if r.proc.state() != procfs.DISK_SLEEP])
     # listed again: threads started meanwhile are dumped too (a thread per request)
-    records = sampler.tracer.seized.sync(pid)
+    records = [r for p in family for r in sampler.tracer.seized.sync(p)]
     states = {r.tid: r.proc.state() or "?" for r in records}
     with sampler.tracer.hold(records, copy_stack=native) as captures:
         # Threads that did not stop (in the kernel's uninterruptible sleep: a vfork parent, a stuck
@@ -155,28 +178,34 @@ def _hold(sampler: Sampler, pid: int, native: bool, with_locals: bool) -> _Held:
         # meanwhile was said to have been "running". (They went unlisted when their stop came after the
         # hold, and the end of tracing dropped them: ``gone``.)
         captured = {c.thread.tid for c in captures}
-        missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{pid}/task/{r.tid}/wchan") or "")
+        missing = [(r, r.proc.state(), procfs.read_text(f"/proc/{r.pid}/task/{r.tid}/wchan") or "")
                    for r in records if r.tid not in captured and not r.gone]  # fmt: skip
         # Every thread is stopped now: a walk of the runtime's thread lists sees them as they are, and
         # maps threads started since the agent's first walk (a server's thread per request: on 3.8,
         # 12 of 20 threads showed no Python frame, mapped from a walk made before the attach ended)
-        if target.caps.refreshes is not None:
-            target.caps.refreshes.refresh(force=True)
+        for target in targets:
+            if target.caps.refreshes is not None:
+                target.caps.refreshes.refresh(force=True)
         for c in captures:
             c.agent_data = sampler.agent_capture(c.thread, c.slot.regs)
-        if locals_of is not None:
-            for c in captures:
-                if c.agent_data is not None:
-                    local_vars[c.thread.tid] = locals_of(c.agent_data)
-    lock = target.caps.lock
-    gil = {c.thread.tid: lock.holds_gil(c.agent_data) if lock and c.agent_data is not None else None
-           for c in captures}  # fmt: skip
+        for c in captures:
+            locals_of_process = locals_of.get(c.thread.pid)
+            if locals_of_process is not None and c.agent_data is not None:
+                local_vars[c.thread.tid] = locals_of_process(c.agent_data)
+    gil = {c.thread.tid: _holds_gil(sampler.targets[c.thread.pid], c) for c in captures}
     for c in captures:
         states[c.thread.tid] = _state_at_stop(c)
     for c in captures:
         sampler.record(c)
+    names = {p: sampler.targets[p].process.comm for p in family}
     sampler.close(detach=False)
-    return _Held(states, gil, missing, local_vars)
+    return _Held(states, gil, missing, local_vars, family, names)
+
+
+def _holds_gil(target: SampledProcess, capture: Capture) -> bool | None:
+    """Whether the thread of ``capture`` holds its runtime's lock (None: not known)."""
+    lock = target.caps.lock
+    return lock.holds_gil(capture.agent_data) if lock is not None and capture.agent_data is not None else None
 
 
 def _state_at_stop(capture: Capture) -> str:
@@ -199,25 +228,39 @@ def _avma(session: Session, fid: int) -> int | None:
     return rel if module == -1 else None
 
 
-def render_text(session: Session, threads: list[DumpThread]) -> str:
-    lines = [f"Process {session.meta.pid}: {command_line(session.meta.command)}"]
-    for t in threads:
-        flags = [t.state]
-        if t.holds_gil:
-            flags.append("holds the GIL")
-        elif t.waiting_for_gil:
-            flags.append("waiting for the GIL")
-        lines.append("")
-        lines.append(f"Thread {t.tid} ({t.name}) [{', '.join(flags)}]")
-        if t.unstopped:
-            lines.append(f"    (no stack: the thread {t.unstopped})")
-        for f in t.frames:
-            lines.append(f"    {f.info.name}{_where(f.info)}")
-            for name, value in f.locals:
-                lines.append(f"        {name} = {value}")
-        if t.walk_stopped:
-            lines.append(f"    ... (the native walk stopped here: {t.walk_stopped})")
+def render_text(session: Session, processes: list[DumpProcess]) -> str:
+    lines: list[str] = []
+    for process in processes:
+        if lines:
+            lines.append("")
+        lines.append(_process_header(process))
+        for t in process.threads:
+            flags = [t.state]
+            if t.holds_gil:
+                flags.append("holds the GIL")
+            elif t.waiting_for_gil:
+                flags.append("waiting for the GIL")
+            lines.append("")
+            lines.append(f"Thread {t.tid} ({t.name}) [{', '.join(flags)}]")
+            if t.unstopped:
+                lines.append(f"    (no stack: the thread {t.unstopped})")
+            for f in t.frames:
+                lines.append(f"    {f.info.name}{_where(f.info)}")
+                for name, value in f.locals:
+                    lines.append(f"        {name} = {value}")
+            if t.walk_stopped:
+                lines.append(f"    ... (the native walk stopped here: {t.walk_stopped})")
     return "\n".join(lines)
+
+
+def _process_header(process: DumpProcess) -> str:
+    """``Process PID (name), child of PARENT, N threads: command line``."""
+    parts = [f"Process {process.pid} ({process.name or '?'})"]
+    if process.parent is not None:
+        parts.append(f"child of {process.parent}")
+    n = len(process.threads)
+    parts.append(f"{n} thread" if n == 1 else f"{n} threads")
+    return f"{', '.join(parts)}: {command_line(process.command)}"
 
 
 def _walk_stopped(stop: StopReason, stack_bytes: int) -> str | None:
@@ -237,48 +280,58 @@ def _where(info: FrameInfo) -> str:
     return f" [{info.module}]" if info.module else ""
 
 
-def render_json(session: Session, threads: list[DumpThread]) -> bytes:
+def render_json(session: Session, processes: list[DumpProcess]) -> bytes:
     doc = {
         "pid": session.meta.pid,
         "command": session.meta.command,
         "held_ms": round(session.counters.get("process_held_ns", 0) / 1e6, 3),
-        "threads": [
+        "processes": [
             {
-                "tid": t.tid,
-                "name": t.name,
-                "state": t.state,
-                "holds_gil": t.holds_gil,
-                "waiting_for_gil": t.waiting_for_gil,
-                **({"unstopped": t.unstopped} if t.unstopped else {}),
-                **({"walk_stopped": t.walk_stopped} if t.walk_stopped else {}),
-                "frames": [
-                    {
-                        "kind": "python" if f.python else "native",
-                        "name": f.info.name,
-                        "file": f.info.file,
-                        "line": f.info.line,
-                        "module": f.info.module,
-                        **({} if f.python else {"address": f"0x{f.address:x}" if f.address is not None else None}),
-                        **({"locals": [{"name": n, "value": v} for n, v in f.locals]} if f.python else {}),
-                    }
-                    for f in t.frames
-                ],
+                "pid": p.pid,
+                "parent": p.parent,
+                "name": p.name,
+                "command": p.command,
+                "threads": [_thread_json(t) for t in p.threads],
             }
-            for t in threads
+            for p in processes
         ],
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
 
+def _thread_json(t: DumpThread) -> dict[str, object]:
+    return {
+        "tid": t.tid,
+        "name": t.name,
+        "state": t.state,
+        "holds_gil": t.holds_gil,
+        "waiting_for_gil": t.waiting_for_gil,
+        **({"unstopped": t.unstopped} if t.unstopped else {}),
+        **({"walk_stopped": t.walk_stopped} if t.walk_stopped else {}),
+        "frames": [
+            {
+                "kind": "python" if f.python else "native",
+                "name": f.info.name,
+                "file": f.info.file,
+                "line": f.info.line,
+                "module": f.info.module,
+                **({} if f.python else {"address": f"0x{f.address:x}" if f.address is not None else None}),
+                **({"locals": [{"name": n, "value": v} for n, v in f.locals]} if f.python else {}),
+            }
+            for f in t.frames
+        ],
+    }
+
+
 def run(args: argparse.Namespace, agent_factory: Callable[[ObjectFileCache], Sequence[Agent]]) -> int:
     check_stack_bytes(args.stack_bytes)
-    session, threads = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory,
-                                args.stack_bytes)  # fmt: skip
+    session, processes = snapshot(process_of_pid(args.pid), args.native, args.locals, agent_factory,
+                                  args.stack_bytes, args.subprocesses)  # fmt: skip
     held = session.counters.get("process_held_ns", 0)
     print(f"nprof: threads were held {held / 1e6:.1f} ms for this snapshot, from the first stop to the last "
           "resume", file=sys.stderr)  # fmt: skip
     if args.json:
-        sys.stdout.buffer.write(render_json(session, threads) + b"\n")
+        sys.stdout.buffer.write(render_json(session, processes) + b"\n")
     else:
-        print(render_text(session, threads))
+        print(render_text(session, processes))
     return 0

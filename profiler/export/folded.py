@@ -12,7 +12,7 @@ from profiler.config import ExportConfig
 from profiler.export.base import Exporter
 from profiler.model import FrameInfo
 from profiler.profile.session import Session
-from profiler.tree.calltree import frame_filter, process_labels, stack_counts
+from profiler.tree.calltree import frame_filter, process_labels, stack_counts, thread_label
 from profiler.tree.display import StackDisplays
 
 
@@ -61,7 +61,7 @@ class FoldedExporter(Exporter):
         by_prefix: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         for thread, per in stack_counts(session, config).items():
             t = session.threads[thread]
-            roots = [processes.get(t.pid), f"{t.name} (tid {t.tid})" if config.threads else None]
+            roots = [processes.get(t.pid), thread_label(t) if config.threads else None]
             counts = by_prefix["".join(folded_label(root) + ";" for root in roots if root is not None)]
             for sid, n in per.items():
                 counts[sid] += n

@@ -12,6 +12,7 @@ The sampler asks for ``look_again`` between ticks; nothing here runs while a thr
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -254,8 +255,9 @@ class SampledProcesses:
             if not self.config.subprocesses:
                 continue
             tids = [r.tid for r in seized.threads_of(pid)]
-            # (orphans are seized already, and followed below)
-            for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys():
+            # (orphans are seized already, and followed below; nprof, a child of the shell it was given, is not
+            # to be traced by itself)
+            for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys() - {os.getpid()}:
                 if not self._told(child) and not shares_memory(pid, child):  # (a vfork child: at the next look)
                     self._follow(child)
         self.follow_orphans()
@@ -270,13 +272,31 @@ class SampledProcesses:
                 added |= self._follow(child, orphan=True)
         return added
 
-    def _follow(self, child: int, orphan: bool = False) -> bool:
-        """Make a SampledProcess of ``child`` (``orphan``: seized already); False if it could not be. One that exited
+    def follow_descendants(self) -> dict[int, int]:
+        """Follow every descendant of the processes followed now, children of children included, as they are
+        at this moment: the one look of ``nprof dump --subprocesses``, where a recording looks again every
+        ``SCAN_INTERVAL`` (``look_again``). Returns each process followed so, with its parent's pid. A vfork
+        child before its exec, which runs in its parent's memory, is left out, as a recording leaves it, and
+        so is nprof itself (``nprof dump --pid $$ --subprocesses`` from a shell)."""
+        found: dict[int, int] = {}
+        parents = sorted(self.targets)
+        while parents:
+            pid = parents.pop(0)
+            tids = [r.tid for r in self.tracer.seized.threads_of(pid)]
+            for child in sorted(children_of(pid, tids) - self.targets.keys() - {os.getpid()}):
+                if not shares_memory(pid, child) and self._follow(child, fresh=False):
+                    found[child] = pid
+                    parents.append(child)
+        return found
+
+    def _follow(self, child: int, orphan: bool = False, fresh: bool = True) -> bool:
+        """Make a SampledProcess of ``child`` (``orphan``: seized already; ``fresh``: born since the last look,
+        its runtime may be loaded later, ``add``); False if it could not be. One that exited
         first is the usual end of a short-lived child, and no news; any other reason is told once, with the
         error's advice (another tracer has it: which one). Each look for children found such a child
         again, and said so again, with the reason left out."""
         try:
-            self.add(child, fresh=True, orphan=orphan)
+            self.add(child, fresh=fresh, orphan=orphan)
             return True
         except NprofError as e:
             if not process_alive(child):

@@ -1,5 +1,8 @@
-"""Thread names in the session: the kernel's (``comm``), with the runtime's own name for the thread where it
-has one (CPython: ``threading.Thread.name``), shown as ``runtime name (comm)``.
+"""Thread names in the session, as the program set them: the runtime's own name for the thread where it has
+one (CPython: ``threading.Thread.name``), else the kernel's (``comm``). Which process a thread is in is said
+by the process's label or header, not by each thread's name: a thread's comm is its creator's unless it set
+its own, so it was the process's (``payer (python)``, issue 44), and it is added to the runtime's name only
+where the thread set it to something else (``label``).
 
 A runtime forgets a thread as it exits (CPython drops it from ``threading._active``), so the runtime's name is
 asked for while the thread lives: every ``NAMING_INTERVAL``, for the threads sampled since, a few times each.
@@ -50,7 +53,7 @@ class ThreadNaming:
                 runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base, state.seen)
                 if runtime_name:
                     state.runtime_named = True
-                    self.session.rename_thread(state.index, label(record, runtime_name))
+                    self.session.rename_thread(state.index, label(record, runtime_name, target.process.comm))
                 else:
                     state.name_looks += 1
 
@@ -65,10 +68,22 @@ class ThreadNaming:
                 continue
             runtime_name = self.agent_calls.thread_name(target, record.tid, state.fs_base, state.seen)
             if runtime_name or not state.runtime_named:
-                self.session.rename_thread(state.index, label(record, runtime_name))
+                self.session.rename_thread(state.index, label(record, runtime_name, target.process.comm))
 
 
-def label(record: SeizedThread, runtime_name: str | None) -> str:
-    """The kernel's name for the thread (comm), with the runtime's name for it where it has one."""
-    comm = read_comm(record.pid, record.tid) or record.name
-    return f"{runtime_name} ({comm})" if runtime_name and runtime_name != comm else comm
+def label(record: SeizedThread, runtime_name: str | None, process_comm: str) -> str:
+    """The name of ``record``'s thread (``thread_name``), its kernel name read now."""
+    return thread_name(runtime_name, read_comm(record.pid, record.tid) or record.name, process_comm)
+
+
+def thread_name(runtime_name: str | None, comm: str, process_comm: str) -> str:
+    """A thread's name: the runtime's name for it where it has one, else the kernel's (``comm``). The
+    kernel's is added, ``name (comm)``, only where the thread set one of its own (``prctl(PR_SET_NAME)``,
+    ``pthread_setname_np``): not where it is its process's name (``process_comm``), which a thread inherits
+    from its creator, nor where it is the start of the runtime's name (CPython 3.14 sets a thread's comm to
+    its name, cut to the kernel's 15 bytes)."""
+    if not runtime_name or runtime_name == comm:
+        return comm
+    if comm == process_comm or runtime_name.startswith(comm):
+        return runtime_name
+    return f"{runtime_name} ({comm})"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from profiler.config import ExportConfig
 from profiler.model import FrameInfo, SampleClass
-from profiler.profile.session import Session
+from profiler.profile.session import ProfiledThread, Session
 
 
 def included(cls: int, config: ExportConfig) -> bool:
@@ -56,6 +56,11 @@ def process_labels(session: Session) -> dict[int, str]:
         return {}
     return {pid: f"pid {pid} [{command_line(session.meta.processes.get(pid, []), LABEL_COMMAND_WIDTH)}]"
             for pid in pids}  # fmt: skip
+
+
+def thread_label(thread: ProfiledThread) -> str:
+    """How outputs name a thread: its name, as the program set it (``thread_naming.py``), and its id."""
+    return f"{thread.name} (tid {thread.tid})"
 
 
 def command_line(argv: Sequence[str], width: int | None = None) -> str:

@@ -18,7 +18,7 @@ from profiler.binary.elf import ElfFile
 from profiler.binary.objfile import ObjectFile, ObjectFileCache
 from profiler.model import StopReason
 from profiler.profile.session import Session
-from tests.support.profiles import ends_with, read_speedscope, share, subsequence
+from tests.support.profiles import dumped_threads, ends_with, read_speedscope, share, subsequence
 from tests.support.targets import FRAME_POINTERS, NO_FRAME_POINTERS, build_c, record, run_nprof, running_target
 
 ROOTS = ("_start", "__clone3", "clone3", "start_thread")
@@ -113,7 +113,7 @@ def test_dump_goes_past_a_handler_on_an_alternate_stack(sighandler_nofp):
     with running_target([sighandler_nofp, "alt"]) as target:
         result = run_nprof("dump", "--pid", str(target.pid), "--json")
         assert result.returncode == 0, result.stderr
-    [thread] = json.loads(result.stdout)["threads"]
+    [thread] = dumped_threads(json.loads(result.stdout))
     names = [f["name"] for f in thread["frames"]]
     chain = ["handler_work", "on_alarm", "__restore_rt", "interrupted_work", "outer_loop", "main"]
     assert names[: len(chain)] == chain and names[-1] == "_start", names
@@ -214,7 +214,7 @@ def test_blocked_stack_equals_gdb(blocked_nofp):
         dump = run_nprof("dump", "--pid", str(target.pid), "--json")
         assert dump.returncode == 0, dump.stderr
         gdb = gdb_backtrace(target.pid)
-    ours = [f for f in json.loads(dump.stdout)["threads"][0]["frames"]]
+    ours = [f for f in dumped_threads(json.loads(dump.stdout))[0]["frames"]]
     libc = ElfFile("/lib/x86_64-linux-gnu/libc.so.6")
     libc_debug = f"/usr/lib/debug/.build-id/{libc.build_id[:2]}/{libc.build_id[2:]}.debug"
     names = aliases([blocked_nofp, libc_debug if os.path.exists(libc_debug) else "/lib/x86_64-linux-gnu/libc.so.6"])

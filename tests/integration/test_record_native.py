@@ -24,7 +24,7 @@ from profiler.model import StopReason
 from profiler.profile.session import Session
 from profiler.symbolize.stripped import _package_of
 from profiler.target import procfs
-from tests.support.profiles import ThreadProfile, ends_with, read_speedscope, share
+from tests.support.profiles import ThreadProfile, dumped_threads, ends_with, read_speedscope, share
 from tests.support.targets import (
     FRAME_POINTERS,
     NO_FRAME_POINTERS,
@@ -508,7 +508,7 @@ def test_dump_lists_a_thread_that_cannot_stop_and_says_why(tmp_path):
             assert_running_free(target.pid)
         finally:
             os.kill(child, signal.SIGKILL)  # (its parent, killed next, leaves it to init)
-    threads = {t["tid"]: t for t in json.loads(result.stdout)["threads"]}
+    threads = {t["tid"]: t for t in dumped_threads(json.loads(result.stdout))}
     main = threads[target.pid]
     assert main["frames"] == [] and main["unstopped"].startswith("did not stop in time: disk sleep")
     assert any(t["frames"] for tid, t in threads.items() if tid != target.pid), "the spinning thread's stack"
@@ -547,7 +547,7 @@ def test_dump_lists_a_thread_that_woke_too_late_to_be_dumped(tmp_path):
                 nprof.communicate()
         assert nprof.returncode == 0, stderr
         assert_running_free(target.pid)
-    threads = {t["tid"]: t for t in json.loads(stdout)["threads"]}
+    threads = {t["tid"]: t for t in dumped_threads(json.loads(stdout))}
     assert target.pid in threads, "the thread that did not stop is listed"
     assert threads[target.pid]["unstopped"].startswith("did not stop in time: disk sleep")
 
@@ -561,7 +561,7 @@ def test_dump_shows_a_thread_stopped_for_a_signal_as_running(signals_fp):
         for _ in range(4):
             result = run_nprof("dump", "--pid", str(target.pid), "--json")
             assert result.returncode == 0, result.stderr
-            states += [t["state"] for t in json.loads(result.stdout)["threads"]]
+            states += [t["state"] for t in dumped_threads(json.loads(result.stdout))]
         assert_running_free(target.pid)
     assert set(states) == {"running"}, states
 
@@ -575,8 +575,8 @@ def test_dump_says_where_and_why_a_stack_was_cut(chain_fp):
         whole = run_nprof("dump", "--pid", str(target.pid), "--json")
         text = run_nprof("dump", "--pid", str(target.pid), "--stack-bytes", "64")
     assert cut.returncode == whole.returncode == text.returncode == 0, cut.stderr + whole.stderr
-    [small] = [t for t in json.loads(cut.stdout)["threads"] if t["tid"] == target.pid]
+    [small] = [t for t in dumped_threads(json.loads(cut.stdout)) if t["tid"] == target.pid]
     assert small["walk_stopped"] == "window exhausted; --stack-bytes 128 copies more", small
     assert "... (the native walk stopped here: window exhausted; --stack-bytes 128 copies more)" in text.stdout
-    [full] = [t for t in json.loads(whole.stdout)["threads"] if t["tid"] == target.pid]
+    [full] = [t for t in dumped_threads(json.loads(whole.stdout)) if t["tid"] == target.pid]
     assert "walk_stopped" not in full and full["frames"][-1]["name"] == "_start", full["frames"][-3:]

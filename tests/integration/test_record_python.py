@@ -23,7 +23,7 @@ from agents.cpython.anchors import is_call_glue
 from agents.cpython.capture import MAX_FRAMES
 from profiler.model import FrameKind, SampleClass
 from profiler.profile.session import Session
-from tests.support.profiles import ends_with, read_speedscope, share, subsequence
+from tests.support.profiles import dumped_threads, ends_with, read_speedscope, share, subsequence
 from tests.support.targets import (
     NOT_UTF8_NAME,
     build_c,
@@ -222,7 +222,7 @@ def test_a_dump_of_a_python_in_its_own_pid_namespace_has_its_python_frames(inter
         finally:
             os.kill(python, signal.SIGKILL)  # the namespace's init: killing unshare does not end it
     assert result.returncode == 0, result.stderr
-    [thread] = json.loads(result.stdout)["threads"]
+    [thread] = dumped_threads(json.loads(result.stdout))
     names = [f["name"] for f in thread["frames"] if f["kind"] == "python"]
     assert names[:4] == ["inner", "middle", "outer", "main"], names
     assert thread["holds_gil"] is True
@@ -337,7 +337,7 @@ def test_subinterpreters_do_not_hide_or_misplace_python_frames(interp, tmp_path)
     out = str(tmp_path / "sub.speedscope.json")
     with running_target([interp.path, path], ready_at=2) as target:
         record(target.pid, out, duration="1.5")
-    profiles = {p.name.split(" ")[0]: p for p in read_speedscope(out)}  # "worker (python) (tid N)"
+    profiles = {p.name.split(" ")[0]: p for p in read_speedscope(out)}  # "worker (tid N)"
     main = profiles["MainThread"]
     spin, total = share(main.detailed, lambda s: python_part(s, path) == ("<module>", "main", "main_spin"))
     assert total > 0 and spin / total >= 0.9, f"{spin}/{total} of the main thread's samples in main_spin"
@@ -664,7 +664,7 @@ def test_dump_blocked_target(interp):
         text = run_nprof("dump", "--pid", str(target.pid))
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    [thread] = doc["threads"]
+    [thread] = dumped_threads(doc)
     python = [f for f in thread["frames"] if f["kind"] == "python"]
     assert [f["name"] for f in python] == ["inner", "middle", "outer", "main", "<module>"]
     for frame, marker in zip(python, ["inner", "middle", "outer", "main", "module"]):
@@ -698,7 +698,7 @@ def test_dump_maps_threads_started_while_it_attached(interp):
             result = run_nprof("dump", "--pid", str(target.pid), "--json")
             dumps += 1
             assert result.returncode == 0, result.stderr
-            for thread in json.loads(result.stdout)["threads"]:
+            for thread in dumped_threads(json.loads(result.stdout)):
                 if thread["tid"] == target.pid:
                     continue
                 frames = thread["frames"]
@@ -975,7 +975,7 @@ def test_dump_shows_deadlocked_threads_blocked_every_time(native):
             for run in range(20):
                 result = run_nprof("dump", "--pid", str(target.pid), "--json", native)
                 assert result.returncode == 0, result.stderr
-                threads = {t["name"].split(" ")[0]: t for t in json.loads(result.stdout)["threads"]}
+                threads = {t["name"].split(" ")[0]: t for t in dumped_threads(json.loads(result.stdout))}
                 for name, mark in (("first", "first"), ("second", "second")):
                     t = threads[name]
                     where = [(f["name"], f["line"]) for f in t["frames"] if f["kind"] == "python"][0]

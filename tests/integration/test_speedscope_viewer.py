@@ -23,9 +23,10 @@ def viewer():
 
 
 @pytest.fixture(scope="module")
-def recorded(chain_fp, tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("viewer") / "chain.speedscope.json")
-    with running_target([chain_fp]) as target:
+def recorded(threads_fp, tmp_path_factory) -> str:
+    """Three busy threads (and main, blocked in join): a profile of all threads, then one per thread."""
+    out = str(tmp_path_factory.mktemp("viewer") / "threads.speedscope.json")
+    with running_target([threads_fp]) as target:
         result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
         assert result.returncode == 0, result.stderr
     return out
@@ -54,6 +55,28 @@ def test_loads_in_speedscope(viewer, recorded, tmp_path):
     assert result.dialogs == []
     assert "Something went wrong" not in result.body
     assert "main" in result.body or os.path.getsize(tmp_path / "viewer.png") > 0
+
+
+def test_the_viewer_opens_on_all_threads_together(viewer, recorded):
+    """What a user sees first is every thread's samples together, each stack with the sum of the threads'
+    weights, and the threads' own profiles after it in the viewer's list (issue 44: a threaded server's
+    603 profiles opened on its main thread, with 2.9% of the samples)."""
+    with open(recorded) as f:
+        doc = json.load(f)
+    together, *threads = doc["profiles"]
+    assert doc["activeProfileIndex"] == 0 and together["name"] == f"all threads ({len(threads)})"
+    assert {p["name"].split(" (")[0] for p in threads} == {"alpha", "beta", "gamma"}, [p["name"] for p in threads]
+    assert sum(together["weights"]) == pytest.approx(sum(w for p in threads for w in p["weights"]))
+    assert together["endValue"] == pytest.approx(sum(p["endValue"] for p in threads))
+    # each thread's stacks are in it, weighed as the thread's (no other thread runs its chain)
+    frames = [f["name"] for f in doc["shared"]["frames"]]
+    merged = {tuple(frames[i] for i in s): w for s, w in zip(together["samples"], together["weights"])}
+    for p in threads:
+        for sample, weight in zip(p["samples"], p["weights"]):
+            assert merged[tuple(frames[i] for i in sample)] == pytest.approx(weight)
+    result = load_in_viewer(recorded)
+    assert result.ok, result
+    assert f"all threads ({len(threads)}) (1/{len(threads) + 1})" in result.body, result.body
 
 
 def test_viewer_check_catches_a_broken_profile(viewer, recorded, tmp_path):

@@ -46,12 +46,15 @@ def test_children_are_followed(forker_fp, chain_fp, tmp_path):
         parent.send_signal(signal.SIGUSR1)
         stdout, stderr = nprof.communicate(timeout=60)
         assert nprof.returncode == 0, stderr
-    profiles = read_speedscope(out)
+    together, *profiles = read_speedscope(out, together=True)
     by_pid = {}
     for p in profiles:
         assert p.name.startswith("pid "), p.name
         by_pid.setdefault(int(p.name.split()[1]), []).append(p)
     assert parent.pid in by_pid and len(by_pid) >= 3, [p.name for p in profiles]
+    # the first profile is every thread's, each process the root of its own stacks
+    assert together.name == f"all threads ({len(profiles)}) of {len(by_pid)} processes", together.name
+    assert {int(stack[0].split()[1]) for stack in together.stacks} == set(by_pid), set(together.stacks)
     chains = {
         "parent": ("main", "parent_work", "spin"),
         "child A": ("main", "child_a_work", "spin"),

@@ -146,13 +146,64 @@ def test_speedscope_profiles_and_shared_frames():
     names = [f["name"] for f in doc["shared"]["frames"]]
     assert sorted(names) == ["leaf", "mid", "root"], "one shared frame per function, however many addresses"
     profiles = {p["name"]: p for p in doc["profiles"]}
-    assert list(profiles) == ["main (tid 7)", "worker (tid 8)"]  # busiest first
+    assert list(profiles) == ["all threads (2)", "main (tid 7)", "worker (tid 8)"]  # then busiest first
     main = profiles["main (tid 7)"]
     assert [[names[i] for i in s] for s in main["samples"]] == [["root", "mid", "leaf"]]
     assert main["weights"] == [pytest.approx(0.6)] and main["unit"] == "seconds"
     assert profiles["worker (tid 8)"]["weights"] == [pytest.approx(0.3)], "idle samples are left out"
     with_idle = json.loads(SpeedscopeExporter().render(session_with_two_threads(), ExportConfig(idle=True)))
     assert [p["weights"] for p in with_idle["profiles"] if p["name"].startswith("worker")] == [[pytest.approx(0.4)]]
+
+
+def test_speedscope_opens_on_all_threads_together():
+    """A threaded server's 603 profiles opened on its main thread, with 2.9% of the samples (issue 44): the
+    first profile, the one speedscope opens, is every thread's samples together, each stack once with the
+    sum of the threads' weights; the threads' own follow."""
+    doc = json.loads(SpeedscopeExporter().render(session_with_two_threads(), ExportConfig()))
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    assert doc["activeProfileIndex"] == 0
+    together, *threads = doc["profiles"]
+    assert together["name"] == "all threads (2)" and [p["name"] for p in threads] == ["main (tid 7)", "worker (tid 8)"]
+    # main's leaf and worker's are two addresses of one function: one stack, 60 + 30 samples
+    assert [[names[i] for i in s] for s in together["samples"]] == [["root", "mid", "leaf"]]
+    assert together["weights"] == [pytest.approx(0.9)]
+    assert together["endValue"] == pytest.approx(sum(p["endValue"] for p in threads))
+
+
+def test_speedscope_writes_a_stack_once_per_profile():
+    """Stacks that differ only in what is not shown (here an address within a function) are one entry."""
+    session = session_with_two_threads()
+    session.add_sample(0, 3, StopReason.END_OF_STACK, SampleClass.RUNNING, 15)  # main runs worker's leaf address
+    doc = json.loads(SpeedscopeExporter().render(session, ExportConfig()))
+    together, main, _worker = doc["profiles"]
+    assert main["name"] == "main (tid 7)" and len(main["samples"]) == 1 and main["weights"] == [pytest.approx(0.75)]
+    assert len(together["samples"]) == 1 and together["weights"] == [pytest.approx(1.05)]
+
+
+def test_speedscope_of_one_thread_has_no_profile_of_all():
+    """One thread's profile is all threads': written once."""
+    session = session_with_two_threads()
+    session.samples = {k: n for k, n in session.samples.items() if k[0] == 0}
+    [only] = json.loads(SpeedscopeExporter().render(session, ExportConfig()))["profiles"]
+    assert only["name"] == "main (tid 7)"
+
+
+def test_speedscope_keeps_processes_apart_in_the_profile_of_all_threads():
+    """With --subprocesses, each process is the root of its stacks in the profile of all threads, as in folded
+    output: a child's stacks are not merged into its parent's."""
+    session = session_with_two_threads()
+    child = session.thread_index(9, 9, 3, "MainThread")
+    session.add_sample(child, 0, StopReason.END_OF_STACK, SampleClass.RUNNING, 5)  # stack 0: [root]
+    session.meta.processes = {7: ["prog"], 9: ["prog", "--child"]}
+    doc = json.loads(SpeedscopeExporter().render(session, ExportConfig()))
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    together, *threads = doc["profiles"]
+    assert together["name"] == "all threads (3) of 2 processes"
+    stacks = {tuple(names[i] for i in s): w for s, w in zip(together["samples"], together["weights"])}
+    assert stacks == {("pid 7 [prog]", "root", "mid", "leaf"): pytest.approx(0.9),
+                      ("pid 9 [prog --child]", "root"): pytest.approx(0.05)}  # fmt: skip
+    assert [p["name"] for p in threads] == ["pid 7 [prog]: main (tid 7)", "pid 7 [prog]: worker (tid 8)",
+                                            "pid 9 [prog --child]: MainThread (tid 9)"]  # fmt: skip
 
 
 def test_speedscope_stacks_are_in_flame_graph_order():

@@ -15,6 +15,7 @@ or, for the ``-nodbg`` variant, hidden under an empty tmpfs.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shlex
@@ -108,7 +109,10 @@ def sid_interpreter(minor: tuple[int, int], debug_files: bool = True) -> Interpr
     shared = [d for d in (REPO, os.path.realpath(PYENV_ROOT)) if os.path.isdir(d) and " " not in d]
     for directory in shared:
         os.makedirs(SID_ROOT + directory, exist_ok=True)  # (the bind mounts' mount points)
-    wrapper = os.path.join(os.path.dirname(SID_ROOT), f"run-{label}")
+    # one per checkout: it mounts its repository, and two checkouts' test runs (worktrees) rewrote one
+    # wrapper under each other, each then running the other's files
+    checkout = hashlib.sha256(REPO.encode()).hexdigest()[:8]
+    wrapper = os.path.join(os.path.dirname(SID_ROOT), f"run-{label}-{checkout}")
     text = _SID_WRAPPER.format(label=label, root=shlex.quote(SID_ROOT), python=python,
                                debug="dbg" if debug_files else "nodbg",
                                shared=shlex.quote(" ".join(shared)))  # fmt: skip
@@ -118,10 +122,11 @@ def sid_interpreter(minor: tuple[int, int], debug_files: bool = True) -> Interpr
     except OSError:
         current = ""
     if current != text:
-        with open(wrapper + ".new", "w", encoding="utf-8") as f:
+        fresh = f"{wrapper}.{os.getpid()}.new"  # (two sessions of one checkout at once: each its own)
+        with open(fresh, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(wrapper + ".new", 0o755)
-        os.replace(wrapper + ".new", wrapper)
+        os.chmod(fresh, 0o755)
+        os.replace(fresh, wrapper)
     return Interpreter(label, wrapper, minor)
 
 

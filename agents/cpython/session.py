@@ -456,7 +456,8 @@ class CPythonSession:
         info = self.codes.get(frame.code)
         if info is None:
             return FrameInfo("<unknown Python code>")
-        return FrameInfo(info.name, info.filename, info.line(frame.offset))
+        return FrameInfo(info.name, info.filename, info.line(frame.offset), function_file=info.filename,
+                         function_line=info.firstlineno or None)  # fmt: skip
 
     # --- native frames -----------------------------------------------------------------------------------
 

@@ -223,7 +223,10 @@ def _what_it_is(head: bytes) -> str:
 
 
 def _info_row(f: FrameInfo) -> list[object]:
-    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter]
+    """A frame's fields in their order (``FrameInfo(*row)``): a session written before the later fields
+    existed loads with their defaults."""
+    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter, f.function_file, f.function_line,
+            f.source_root]  # fmt: skip
 
 
 def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:

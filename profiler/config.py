@@ -66,3 +66,5 @@ class ExportConfig:
     threads: bool = False  #: keep threads apart in formats that merge them by default (folded)
     gil_only: bool = False  #: keep only samples of the thread holding a runtime's global lock
     hide_interpreter: bool = False  #: drop the interpreter's own native frames (eval loop, call glue)
+    #: a frame per function and line sampled (``--lines``), not per function (``tree/frame_identity.py``)
+    lines: bool = False

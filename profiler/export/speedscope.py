@@ -1,6 +1,8 @@
 """speedscope's file format (https://www.speedscope.app/file-format-schema.json), written with orjson.
 
-One *sampled* profile per thread, all sharing one frame table. Samples are aggregated: each distinct stack
+One *sampled* profile per thread, all sharing one frame table. A frame of the table is a function, its file
+(whole) and the line it is declared at; with ``--lines``, a function and the line sampled, one frame per
+line (``tree/frame_identity.py``). Samples are aggregated: each distinct stack
 appears once with its sample count as weight, so the file's size is bounded by the number of distinct
 stacks (py-spy writes one entry per sample). Weights are in seconds: each sample stands for the time between
 two ticks of the recording.
@@ -89,7 +91,7 @@ class SpeedscopeExporter(Exporter):
     extensions = (".speedscope.json", ".json")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        displays = StackDisplays(session, frame_filter(config))
+        displays = StackDisplays(session, frame_filter(config), config.lines)
         shared = _SharedFrames(displays)
         rank = _sort_ranks(displays)
         #: stack id -> (sort key, frame indices): a stack several threads ran is expanded once

@@ -14,6 +14,7 @@ import numpy as np
 
 from profiler.model import FrameInfo, FrameKind
 from profiler.profile.session import Session
+from profiler.tree.frame_identity import shown_frame
 
 
 def frame_info(session: Session, fid: int) -> FrameInfo:
@@ -38,6 +39,8 @@ class StackDisplays:
     that loop activation executes, so when runtime frames were interleaved at an interpreter frame, its
     inlined calls come after them, not between the loop and the Python functions it runs.
 
+    ``lines``: frames are shown per line sampled, or per function (``frame_identity.shown_frame``).
+
     Every frame shown has a *display id*: an index into ``infos`` (what it shows) and ``origin`` (the frame id
     it comes from); a frame's function and each call inlined at it have their own. The names, the filter and
     the inlined calls are looked up once per frame id, here, not once per frame of every stack: exporters
@@ -45,8 +48,9 @@ class StackDisplays:
     335,000, 28 frames deep on average, whose expansion frame by frame took 19 s of a 22 s report.
     """
 
-    def __init__(self, session: Session, keep: Callable[[FrameInfo], bool]) -> None:
+    def __init__(self, session: Session, keep: Callable[[FrameInfo], bool], lines: bool = True) -> None:
         self.session = session
+        self.lines = lines
         self.infos: list[FrameInfo] = []
         self.origin: list[int] = []
         self._runtime: list[bool] = (session.frames.kinds() == FrameKind.RUNTIME).tolist()
@@ -64,7 +68,7 @@ class StackDisplays:
         for frame in frames:
             if keep(frame):
                 ids.append(len(self.infos))
-                self.infos.append(frame)
+                self.infos.append(shown_frame(frame, self.lines))
                 self.origin.append(fid)
         return tuple(ids)
 

@@ -13,6 +13,7 @@ from profiler.model import FrameInfo, FrameKind
 from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, stack_counts
 from profiler.tree.display import StackDisplays, tree_levels
+from profiler.tree.source_paths import short_path
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
         return [], 0
     sids = np.fromiter(merged.keys(), dtype=np.int64, count=len(merged))
     counts = np.fromiter(merged.values(), dtype=np.int64, count=len(merged))
-    displays = StackDisplays(session, frame_filter(config))
+    displays = StackDisplays(session, frame_filter(config), lines=False)
     labels = _FrameLabels(displays)
     columns = session.stacks.columns()
     parent, frame = columns["parent"].astype(np.int64), columns["frame"].astype(np.int64)
@@ -133,7 +134,7 @@ def _shown_at_end(
 
 def function_label(frame: FrameInfo) -> str:
     """How a function is shown in tables: its name, and the module (native) or file (runtime) it is in."""
-    where = frame.module or frame.file
+    where = frame.module or (short_path(frame.file, frame.source_root) if frame.file else None)
     if not where or frame.name == where or frame.name.startswith(f"{where}+0x"):  # (an unnamed address)
         return frame.name
     return f"{frame.name} ({where})"

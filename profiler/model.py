@@ -194,3 +194,7 @@ class FrameInfo:
     #: the root of the source tree ``file`` and ``function_file`` were compiled in, which outputs show paths
     #: under relative to (``tree/source_paths.py``); None where no build root is known
     source_root: str | None = None
+    #: code that can only be starting the process or thread where it is outward of a stack's first runtime
+    #: frame: the runtime's own (its interpreter's module), the C library's, the program's entry point
+    #: (``symbolize/startup.py``). Hidden there by --hide-interpreter (``tree/display.py``)
+    startup: bool = False

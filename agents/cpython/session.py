@@ -19,7 +19,7 @@ from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, Stack
 from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.code_prefetch import CodePrefetch
-from agents.cpython.detect import Interpreter
+from agents.cpython.detect import Interpreter, interpreter_modules
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
 from agents.cpython.marks import ActivationMarks
@@ -112,6 +112,7 @@ class CPythonSession:
         self._names: ThreadingNames | None = None
         self._names_time = -NAMES_MAX_AGE
         self._name_cache: dict[int, str] = {}
+        self._own_modules: frozenset[str] | None = None  #: ``is_interpreter_module``'s, once asked
         self.refresh(force=True)
 
     @property
@@ -509,6 +510,15 @@ class CPythonSession:
         """The same call glue by name, for its copies inlined into other functions (``--hide-interpreter``):
         ``PyObject_Vectorcall`` inlined into ``builtin_sorted``, ``_PyObject_VectorcallTstate`` into most."""
         return is_call_glue(name)
+
+    def is_interpreter_module(self, path: str) -> bool:
+        """The interpreter's file (libpython, or a static ``python3.X``), and the executable that runs it when
+        that is CPython's launcher (named ``python3.X``, as ``interpreter_mapping`` knows it: Programs/python.c,
+        a ``main`` that calls ``Py_BytesMain``), not a program that embeds the interpreter (``--hide-interpreter``:
+        ``symbolize/startup.py``)."""
+        if self._own_modules is None:
+            self._own_modules = interpreter_modules(self.process, self.interpreter)
+        return path in self._own_modules
 
     def is_coroutine_base(self, name: str) -> bool:
         """A function at the base of a coroutine's own C stack: greenlet's ``g_initialstub`` (``anchors.py``)."""

@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
     p.add_argument(
         "--hide-interpreter", action="store_true",
-        help="hide the interpreter's own frames between its eval loop and C calls (kept by default)",
+        help="hide the interpreter's own frames: those between its eval loop and C calls, and its start-up "
+        "before the first Python frame (kept by default)",
     )  # fmt: skip
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
     add_frame_arguments(p)

@@ -52,7 +52,7 @@ class FoldedExporter(Exporter):
         twice (a report of 335,000 distinct stacks: 383 MiB of text, 987 MiB at the peak). Before, the
         dictionary, a list of the lines, their join and its encoding each held it (3.1 GB at the peak of a
         434 MB file of a long recording of a program taking random call paths)."""
-        displays = StackDisplays(session, frame_filter(config), config.lines)
+        displays = StackDisplays(session, frame_filter(config), config.lines, config.hide_interpreter)
         # per display id, not per frame of every stack
         names = [folded_name(f, config.lines).encode() for f in displays.infos]
         processes = process_labels(session)

@@ -91,7 +91,7 @@ class SpeedscopeExporter(Exporter):
     extensions = (".speedscope.json", ".json")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        displays = StackDisplays(session, frame_filter(config), config.lines)
+        displays = StackDisplays(session, frame_filter(config), config.lines, config.hide_interpreter)
         shared = _SharedFrames(displays)
         rank = _sort_ranks(displays)
         #: stack id -> (sort key, frame indices): a stack several threads ran is expanded once

@@ -226,7 +226,7 @@ def _info_row(f: FrameInfo) -> list[object]:
     """A frame's fields in their order (``FrameInfo(*row)``): a session written before the later fields
     existed loads with their defaults."""
     return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter, f.function_file, f.function_line,
-            f.source_root]  # fmt: skip
+            f.source_root, f.startup]  # fmt: skip
 
 
 def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:

@@ -39,7 +39,13 @@ class StackDisplays:
     that loop activation executes, so when runtime frames were interleaved at an interpreter frame, its
     inlined calls come after them, not between the loop and the Python functions it runs.
 
-    ``lines``: frames are shown per line sampled, or per function (``frame_identity.shown_frame``).
+    With ``hide_startup`` (``--hide-interpreter``), the start-up code outward of a stack's first runtime
+    frame is left out too, inlined calls and all (``FrameInfo.startup``: ``_start`` ... ``Py_BytesMain`` ...
+    ``_PyEval_EvalFrameDefault`` before ``<module>``), but for the calls an eval loop right before that frame
+    defers, which ran for the runtime frames. Only where the first frame that is not native is a runtime
+    frame: a stack without one shows whole, and so does a stack whose runtime frames sit on an
+    ``[unanchored]`` marker above the native ones. ``lines``: frames are shown per line sampled, or per
+    function (``frame_identity.shown_frame``).
 
     Every frame shown has a *display id*: an index into ``infos`` (what it shows) and ``origin`` (the frame id
     it comes from); a frame's function and each call inlined at it have their own. The names, the filter and
@@ -48,20 +54,29 @@ class StackDisplays:
     335,000, 28 frames deep on average, whose expansion frame by frame took 19 s of a 22 s report.
     """
 
-    def __init__(self, session: Session, keep: Callable[[FrameInfo], bool], lines: bool = True) -> None:
+    def __init__(
+        self, session: Session, keep: Callable[[FrameInfo], bool], lines: bool = True, hide_startup: bool = False
+    ) -> None:
         self.session = session
         self.lines = lines
         self.infos: list[FrameInfo] = []
         self.origin: list[int] = []
-        self._runtime: list[bool] = (session.frames.kinds() == FrameKind.RUNTIME).tolist()
+        kinds = session.frames.kinds()
+        self._runtime: list[bool] = (kinds == FrameKind.RUNTIME).tolist()
+        self._native: list[bool] = (kinds == FrameKind.NATIVE).tolist()
         self._own: list[tuple[int, ...]] = []  #: frame id -> its function's display id, if shown
         self._calls: list[tuple[int, ...]] = []  #: frame id -> display ids of the calls inlined at it, shown
-        self._interpreter: list[bool] = []
+        #: frame id -> an interpreter frame (``FrameInfo.interpreter``): one whose inlined calls it defers
+        self.interpreter: list[bool] = []
+        #: frame id -> hidden outward of its stack's first runtime frame (``hide_startup``)
+        self.startup: list[bool] = []
         for fid in range(len(session.frames)):
             frame = frame_info(session, fid)
             self._own.append(self._shown(fid, [frame], keep))
             self._calls.append(self._shown(fid, session.inlined.get(fid, ()), keep))
-            self._interpreter.append(frame.interpreter)
+            self.interpreter.append(frame.interpreter)
+            self.startup.append(hide_startup and frame.startup)
+        self._hides_startup = any(self.startup)
 
     def _shown(self, fid: int, frames: Sequence[FrameInfo], keep: Callable[[FrameInfo], bool]) -> tuple[int, ...]:
         ids = []
@@ -72,14 +87,32 @@ class StackDisplays:
                 self.origin.append(fid)
         return tuple(ids)
 
+    def own_count(self, fid: int) -> int:
+        """How many display ids frame ``fid``'s function has (0: hidden, or 1), before its inlined calls'."""
+        return len(self._own[fid])
+
+    def startup_end(self, fids: Sequence[int]) -> int:
+        """How many frames of the stack ``fids`` (outermost first) are outward of its first runtime frame, where
+        start-up code is hidden: 0 where nothing is (no frame hidden as start-up, or the first frame that is not
+        native is not a runtime frame)."""
+        if not self._hides_startup:
+            return 0
+        native = self._native
+        for i, fid in enumerate(fids):
+            if not native[fid]:
+                return i if self._runtime[fid] else 0
+        return 0
+
     def of_frame(self, fid: int) -> tuple[int, ...]:
         """The display ids frame ``fid`` shows, wherever it is: its function's, then its inlined calls'
         (consecutive ids: they are given out frame id by frame id)."""
         return self._own[fid] + self._calls[fid]
 
-    def expand(self, fids: Sequence[int]) -> list[int]:
-        """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown."""
-        runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self._interpreter
+    def expand(self, fids: Sequence[int], whole: bool = True) -> list[int]:
+        """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown; ``whole``:
+        ``fids`` start at the stack's root (else no start-up code is hidden, which only the root says)."""
+        runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self.interpreter
+        startup, hidden = self.startup, self.startup_end(fids) if whole else 0
         out: list[int] = []
         deferred: tuple[int, ...] = ()
         last = len(fids) - 1
@@ -87,13 +120,17 @@ class StackDisplays:
             if deferred and not runtime[fid]:
                 out += deferred
                 deferred = ()
-            out += own[fid]
             inlined = calls[fid]
-            if inlined:
-                if interpreter[fid] and i < last and runtime[fids[i + 1]]:
+            defers = bool(inlined) and interpreter[fid] and i < last and runtime[fids[i + 1]]
+            if i < hidden and startup[fid]:  # start-up code: only what it defers to the runtime frames shows
+                if defers:
                     deferred = inlined
-                else:
-                    out += inlined
+                continue
+            out += own[fid]
+            if defers:
+                deferred = inlined
+            else:
+                out += inlined
         out += deferred
         return out
 

@@ -14,6 +14,7 @@ from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, stack_counts
 from profiler.tree.display import StackDisplays, tree_levels
 from profiler.tree.source_paths import short_path
+from profiler.tree.startup_mask import StartupMask
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
         return [], 0
     sids = np.fromiter(merged.keys(), dtype=np.int64, count=len(merged))
     counts = np.fromiter(merged.values(), dtype=np.int64, count=len(merged))
-    displays = StackDisplays(session, frame_filter(config), lines=False)
+    displays = StackDisplays(session, frame_filter(config), lines=False, hide_startup=config.hide_interpreter)
     labels = _FrameLabels(displays)
     columns = session.stacks.columns()
     parent, frame = columns["parent"].astype(np.int64), columns["frame"].astype(np.int64)
@@ -84,6 +85,7 @@ class _FrameLabels:
         self.last[some] = self.flat[(self.start + self.count - 1)[some]]
         self.ids = ids  #: label -> id
         self.names = list(ids)
+        self.startup = StartupMask(displays, self.count)
 
 
 def _stack_labels(
@@ -92,10 +94,14 @@ def _stack_labels(
     """Every (index into ``sids``, label id) of the frames on those stacks, repeats included, for all
     stacks at once a tree level at a time."""
     stacks, labs = [], []
-    for index, fids in tree_levels(sids, parent, frame):
-        n = labels.count[fids]
+    levels = list(tree_levels(sids, parent, frame))
+    skips = labels.startup.skips(levels, len(sids)) if labels.startup.any else None  # --hide-interpreter
+    for level, (index, fids) in enumerate(levels):
+        start, n = labels.start[fids], labels.count[fids]
+        if skips is not None:
+            start, n = start + skips[level], n - skips[level]
         # each node's labels: flat[start : start + n], expanded without a Python loop
-        offsets = np.repeat(labels.start[fids] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
+        offsets = np.repeat(start - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
         stacks.append(np.repeat(index, n))
         labs.append(labels.flat[offsets])
     return np.concatenate(stacks), np.concatenate(labs)
@@ -129,7 +135,7 @@ def _shown_at_end(
         if int(kinds[tail[-1]]) != FrameKind.RUNTIME:
             break
         node = int(parent[node])
-    return displays.expand(tail[::-1]) or displays.expand(displays.session.stacks.frames(sid))
+    return displays.expand(tail[::-1], whole=False) or displays.expand(displays.session.stacks.frames(sid))
 
 
 def function_label(frame: FrameInfo) -> str:

@@ -1,5 +1,6 @@
 """Issue 44, readable frames, in the pure parts: a frame is its function by default (``--lines``: per line),
-paths are shortened in names and whole in speedscope's file field. The real-target counterparts are in
+paths are shortened in names and whole in speedscope's file field, and start-up code is flagged by the
+runtime's modules and the C library's start functions. The real-target counterparts are in
 tests/integration/test_readable_frames.py."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import pytest
 from profiler.config import ExportConfig
 from profiler.export.folded import FoldedExporter
 from profiler.export.speedscope import SpeedscopeExporter
-from profiler.model import FrameInfo, FrameKind, SampleClass, StopReason
+from profiler.model import FrameInfo, FrameKind, Module, SampleClass, StopReason
 from profiler.profile.session import Session, SessionMeta
+from profiler.symbolize.startup import mark_startup_frames
 from profiler.tree.source_paths import short_path
 from profiler.tree.totals import function_totals
 
@@ -110,3 +112,60 @@ def test_the_table_of_top_functions_is_per_function_with_short_paths_either_way(
             ("<module> (/work/app.py)", 0, 10),
             ("JSONDecoder.decode (json/decoder.py)", 0, 10),
         ]
+
+
+class _Interpreter:
+    """An agent session as ``mark_startup_frames`` asks it (``InterpreterCode``)."""
+
+    name = "cpython"
+
+    def is_interpreter_module(self, path: str) -> bool:
+        return path.endswith("/libpython3.12.so.1.0") or path.endswith("/bin/python3.12")
+
+
+def test_start_up_code_is_the_runtime_modules_the_c_library_and_the_entry_point():
+    paths = ["/root/.pyenv/versions/3.12.1/bin/python3.12", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+             "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0", "/opt/host/bin/embedder",
+             "/lib/x86_64-linux-gnu/libc-2.31.so", "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"]
+    modules = [Module(i, path, None, 0, 0x1000, 0) for i, path in enumerate(paths)]
+    named = [("_start", 0), ("__libc_start_main_impl", 1), ("__libc_start_call_main", 1), ("Py_BytesMain", 2),
+             ("_PyEval_EvalFrameDefault", 2), ("clone3", 1), ("start_thread", 1), ("main", 3),
+             ("libc-2.31.so+0x29f40", 4), ("_start", 3), ("inflate", 5)]  # fmt: skip
+    keys = [(FrameKind.NATIVE, module, 0x100 + i, 0) for i, (_name, module) in enumerate(named)]
+    keys.append((FrameKind.RUNTIME, 0, 0x20, 0))
+    infos = [FrameInfo(name, module="m") for name, _module in named] + [FrameInfo("<module>", "/work/app.py")]
+    mark_startup_frames(keys, modules, infos, {"cpython": _Interpreter()})  # type: ignore[dict-item]
+    # an embedder's main is not the runtime's, nor is zlib; a stripped libc's frames are libc's all the same
+    assert [f.name for f in infos if not f.startup] == ["main", "inflate", "<module>"]
+    without_agent = [FrameInfo(name, module="m") for name, _module in named] + [FrameInfo("<module>")]
+    mark_startup_frames(keys, modules, without_agent, {})
+    assert [f.name for f in without_agent if not f.startup] == ["Py_BytesMain", "_PyEval_EvalFrameDefault",
+                                                                "main", "inflate", "<module>"]  # fmt: skip
+
+
+def test_start_up_code_is_hidden_only_outward_of_a_first_runtime_frame():
+    """``_start`` -> ``Py_BytesMain`` -> eval loop -> ``<module>``: hidden down to ``<module>``; the same
+    frames on a stack of the interpreter's shutdown (no Python frame) show whole."""
+    session = Session(SessionMeta(pid=7, command=["python3"], duration=1.0))
+    thread = session.thread_index(7, 7, 1, "main")
+    native = [(FrameKind.NATIVE, 0, a, 0) for a in (1, 2, 3, 4)]
+    module = (FrameKind.RUNTIME, 0, 0x10, 0)
+    ran = session.intern_stack((native[3], module, native[2], native[1], native[0]))  # innermost first
+    shutdown = session.intern_stack((native[3], native[1], native[0]))
+    for sid in (ran, shutdown):
+        session.add_sample(thread, sid, StopReason.END_OF_STACK, SampleClass.RUNNING, 1)
+    names = {1: ("_start", True), 2: ("Py_BytesMain", True), 3: ("_PyEval_EvalFrameDefault", True),
+             4: ("PyDict_New", True)}  # fmt: skip
+    session.frame_info = []
+    for fid in range(len(session.frames)):
+        kind, _m, address, _o = session.frames.key(fid)
+        if kind == FrameKind.RUNTIME:
+            session.frame_info.append(FrameInfo("<module>", "/work/app.py"))
+        else:
+            name, startup = names[address]
+            session.frame_info.append(FrameInfo(name, module="python3", startup=startup))
+    shown = FoldedExporter().render(session, ExportConfig(hide_interpreter=True)).decode().splitlines()
+    assert shown == ["<module> (/work/app.py);PyDict_New [python3] 1",
+                     "_start [python3];Py_BytesMain [python3];PyDict_New [python3] 1"]  # fmt: skip
+    kept = FoldedExporter().render(session, ExportConfig()).decode().splitlines()
+    assert kept[1].startswith("_start [python3];Py_BytesMain [python3];_PyEval_EvalFrameDefault [python3];<module>")

@@ -111,8 +111,34 @@ class StackDisplays:
     def expand(self, fids: Sequence[int], whole: bool = True) -> list[int]:
         """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown; ``whole``:
         ``fids`` start at the stack's root (else no start-up code is hidden, which only the root says)."""
+        hidden = self.startup_end(fids) if whole else 0
+        if hidden:
+            return self._expand_hiding(fids, hidden)
         runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self.interpreter
-        startup, hidden = self.startup, self.startup_end(fids) if whole else 0
+        out: list[int] = []
+        deferred: tuple[int, ...] = ()
+        last = len(fids) - 1
+        for i, fid in enumerate(fids):
+            if deferred and not runtime[fid]:
+                out += deferred
+                deferred = ()
+            out += own[fid]
+            inlined = calls[fid]
+            if inlined:
+                if interpreter[fid] and i < last and runtime[fids[i + 1]]:
+                    deferred = inlined
+                else:
+                    out += inlined
+        out += deferred
+        return out
+
+    def _expand_hiding(self, fids: Sequence[int], hidden: int) -> list[int]:
+        """``expand`` of a stack whose first ``hidden`` frames are outward of its first runtime frame, where the
+        start-up frames show only the calls they defer to the runtime frames. ``expand``'s loop with one more
+        test per frame, kept apart: ``expand`` runs for every stack of every output (the same tests check
+        both, on random sessions: tests/unit/test_top_table.py)."""
+        runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self.interpreter
+        startup = self.startup
         out: list[int] = []
         deferred: tuple[int, ...] = ()
         last = len(fids) - 1
@@ -122,7 +148,7 @@ class StackDisplays:
                 deferred = ()
             inlined = calls[fid]
             defers = bool(inlined) and interpreter[fid] and i < last and runtime[fids[i + 1]]
-            if i < hidden and startup[fid]:  # start-up code: only what it defers to the runtime frames shows
+            if i < hidden and startup[fid]:
                 if defers:
                     deferred = inlined
                 continue

@@ -4,6 +4,7 @@ anywhere on the stack (total), over the prefix tree in numpy rather than one dis
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,8 +95,11 @@ def _stack_labels(
     """Every (index into ``sids``, label id) of the frames on those stacks, repeats included, for all
     stacks at once a tree level at a time."""
     stacks, labs = [], []
-    levels = list(tree_levels(sids, parent, frame))
-    skips = labels.startup.skips(levels, len(sids)) if labels.startup.any else None  # --hide-interpreter
+    levels: Iterable[tuple[np.ndarray, np.ndarray]] = tree_levels(sids, parent, frame)
+    skips = None
+    if labels.startup.any:  # --hide-interpreter, with start-up frames: which each stack shows depends on it
+        levels = list(levels)
+        skips = labels.startup.skips(levels, len(sids))
     for level, (index, fids) in enumerate(levels):
         start, n = labels.start[fids], labels.count[fids]
         if skips is not None:

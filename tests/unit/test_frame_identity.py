@@ -169,3 +169,18 @@ def test_start_up_code_is_hidden_only_outward_of_a_first_runtime_frame():
                      "_start [python3];Py_BytesMain [python3];PyDict_New [python3] 1"]  # fmt: skip
     kept = FoldedExporter().render(session, ExportConfig()).decode().splitlines()
     assert kept[1].startswith("_start [python3];Py_BytesMain [python3];_PyEval_EvalFrameDefault [python3];<module>")
+
+
+def test_a_function_frame_keeps_every_field_but_the_sample_s_file_and_line():
+    """``shown_frame`` builds the frame field by field (for speed): a field added to ``FrameInfo`` and not
+    copied there would be lost from every output by function."""
+    import dataclasses
+
+    values = {"name": "f", "file": "a.c", "line": 3, "module": "m.so", "inlined": True, "interpreter": True,
+              "function_file": "b.c", "function_line": 2, "source_root": "/r", "startup": True}  # fmt: skip
+    assert set(values) == {f.name for f in dataclasses.fields(FrameInfo)}, "a field this test does not set"
+    info = FrameInfo(**values)  # type: ignore[arg-type]
+    from profiler.tree.frame_identity import shown_frame
+
+    assert shown_frame(info, lines=False) == dataclasses.replace(info, file="b.c", line=2)
+    assert shown_frame(info, lines=True) is info

@@ -33,7 +33,11 @@ from profiler.profile.tables import FrameKey, FrameTable, StackTable
 #: grew it by ~2 MB/s, 39 MB in 20 s. A miss interns the frames again, 2 dict lookups each.
 MAX_CACHED_FRAMES = 1 << 17
 FORMAT_NAME = "nprof-session"
-FORMAT_VERSION = 1
+#: 2: frames carry where their function is declared, their source tree's root and whether they are start-up
+#: code (``FrameInfo``: issue 44). An nprof reading only 1 refuses a 2 with the version, rather than failing
+#: on rows longer than its frames; a version 1 file loads with those fields unset.
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -241,10 +245,10 @@ def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
         raise SessionFormatError(f"{path}: corrupt session file (unreadable metadata).") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise SessionFormatError(f"{path}: not an nprof session file.")
-    if meta.get("version") != FORMAT_VERSION:
+    if meta.get("version") not in READS_VERSIONS:
         raise SessionFormatError(
             f"{path}: session format version {meta.get('version')} is not supported by nprof {__version__} "
-            f"(it reads version {FORMAT_VERSION}).",
+            f"(it reads versions {', '.join(map(str, READS_VERSIONS))}).",
             "Render it with the nprof version that recorded it.",
         )
     try:

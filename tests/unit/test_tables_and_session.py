@@ -200,7 +200,7 @@ def test_session_file_version_mismatch(tmp_path, monkeypatch):
     path = str(tmp_path / "s.nprof")
     monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 99)
     make_session().save(path)
-    monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 1)
+    monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 2)
     with pytest.raises(SessionFormatError, match="version 99 is not supported"):
         Session.load(path)
 

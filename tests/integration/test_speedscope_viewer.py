@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
 from tests.support.speedscope_viewer import SCHEMA_PATH, load_in_viewer, viewer_available
 from tests.support.targets import run_nprof, running_target
+from tests.targets.python.interpreters import TARGETS
 
 pytestmark = pytest.mark.chromium
 
@@ -22,10 +24,16 @@ def viewer():
         pytest.skip(why)
 
 
-@pytest.fixture(scope="module")
-def recorded(chain_fp, tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("viewer") / "chain.speedscope.json")
-    with running_target([chain_fp]) as target:
+@pytest.fixture(scope="module", params=["native", "python"])
+def recorded(request, chain_fp, tmp_path_factory) -> str:
+    """A C program's profile, and a Python program's running C code (its frames a function each, with the
+    line the function is declared at: issue 44)."""
+    out = str(tmp_path_factory.mktemp("viewer") / f"{request.param}.speedscope.json")
+    if request.param == "native":
+        argv, ready_at = [chain_fp], 1
+    else:
+        argv, ready_at = [sys.executable, os.path.join(TARGETS, "c_heavy.py"), "60"], 2
+    with running_target(argv, ready_at=ready_at) as target:
         result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
         assert result.returncode == 0, result.stderr
     return out

@@ -31,12 +31,13 @@ class StartupMask:
         self.native = kinds == FrameKind.NATIVE
         self.runtime = kinds == FrameKind.RUNTIME
         self.startup = np.array(displays.startup, dtype=np.bool_).reshape(frames)
-        self.any = bool(self.startup.any())
+        self.any = bool(self.startup.any())  #: else ``skips`` has nothing to skip (and its columns are empty)
         self.count = count
         #: the display ids a hidden eval loop keeps: its inlined calls, which it defers to the runtime frames
         #: after it (``StackDisplays.expand``), so all but its own function's
-        self.own = np.array([displays.own_count(fid) for fid in range(frames)], dtype=np.int64).reshape(frames)
-        self.defers = np.array(displays.interpreter, dtype=np.bool_).reshape(frames)
+        own = [displays.own_count(fid) for fid in range(frames)] if self.any else []
+        self.own = np.array(own, dtype=np.int64)
+        self.defers = np.array(displays.interpreter if self.any else [], dtype=np.bool_)
 
     def skips(self, levels: Sequence[tuple[np.ndarray, np.ndarray]], stacks: int) -> list[np.ndarray]:
         """Per level (as ``tree_levels`` gives them, for ``stacks`` stacks), per node: how many of its display

@@ -65,4 +65,6 @@ class ExportConfig:
     idle: bool = False  #: include idle and blocked samples
     threads: bool = False  #: keep threads apart in formats that merge them by default (folded)
     gil_only: bool = False  #: keep only samples of the thread holding a runtime's global lock
-    hide_interpreter: bool = False  #: drop the interpreter's own native frames (eval loop, call glue)
+    hide_interpreter: bool = False  #: drop the interpreter's own native frames (eval loop, call glue, start-up)
+    #: a frame per function and line sampled (``--lines``), not per function (``tree/frame_identity.py``)
+    lines: bool = False

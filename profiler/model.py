@@ -198,4 +198,16 @@ class FrameInfo:
     module: str | None = None  #: short module name, e.g. "libc.so.6" or "python3.12"
     inlined: bool = False  #: an inlined function expanded from its caller's address
     interpreter: bool = False  #: a runtime's own glue between its eval loop and C calls (--hide-interpreter)
+    #: where the function itself is, whichever line was sampled: the file and line it is declared at (DWARF's
+    #: DW_AT_decl_file and DW_AT_decl_line; a Python code object's co_filename and co_firstlineno). A frame's
+    #: identity in outputs is its function: these stand for it where ``file`` and ``line`` are the sample's
+    function_file: str | None = None
+    function_line: int | None = None
+    #: the root of the source tree ``file`` and ``function_file`` were compiled in, which outputs show paths
+    #: under relative to (``tree/source_paths.py``); None where no build root is known
+    source_root: str | None = None
+    #: code that can only be starting the process or thread where it is outward of a stack's first runtime
+    #: frame: the runtime's own (its interpreter's module), the C library's, the program's entry point
+    #: (``symbolize/startup.py``). Hidden there by --hide-interpreter (``tree/display.py``)
+    startup: bool = False
     mechanism: Mechanism | None = None  #: the runtime's machinery the function is part of (the summary's lines)

@@ -141,6 +141,15 @@ class RuntimeMechanics(Protocol):
 
 
 @runtime_checkable
+class InterpreterCode(Protocol):
+    """The runtime's own modules, by path as the maps name them: the code that starts the runtime and runs
+    it. Their frames outward of a stack's first runtime frame can only be its start-up (``Py_BytesMain`` ...
+    ``PyEval_EvalCode`` before ``<module>``), hidden by ``--hide-interpreter`` (``symbolize/startup.py``)."""
+
+    def is_interpreter_module(self, path: str) -> bool: ...
+
+
+@runtime_checkable
 class CoroutineStacks(Protocol):
     """Functions at the base of a coroutine's own C stack (greenlet's ``g_initialstub``), by name."""
 

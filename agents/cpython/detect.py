@@ -90,6 +90,16 @@ def executable_mapping(process: TargetProcess) -> Mapping | None:
     return None
 
 
+def interpreter_modules(process: TargetProcess, interpreter: Interpreter) -> frozenset[str]:
+    """The paths of the interpreter's own code in ``process``: its file, and the executable when that is
+    CPython's launcher (a ``python3.X`` binary, Programs/python.c) rather than a program embedding it."""
+    paths = {interpreter.path}
+    program = executable_mapping(process)
+    if program is not None and version_from_name(program.path) is not None:
+        paths.add(program.path)
+    return frozenset(paths)
+
+
 def version_from_name(path: str) -> tuple[tuple[int, int], str] | None:
     match = _NAME.match(os.path.basename(path.removesuffix(" (deleted)")))
     if match is None:

@@ -19,7 +19,7 @@ from agents.cpython.capture import MAX_FRAMES, CaptureStatus, ChainCopier, Stack
 from agents.cpython.code import CUT_KEY, OUTER_KEY, SHIM_KEY, CodeCache
 from agents.cpython.code_check import HeaderCheck
 from agents.cpython.code_prefetch import CodePrefetch
-from agents.cpython.detect import Interpreter
+from agents.cpython.detect import Interpreter, interpreter_modules
 from agents.cpython.frames import decode_frames
 from agents.cpython.locals import LocalsReader
 from agents.cpython.marks import ActivationMarks
@@ -114,6 +114,7 @@ class CPythonSession:
         self._names_time = -NAMES_MAX_AGE
         self._name_cache: dict[int, str] = {}
         self._mechanics: InterpreterMechanics | None = None  #: made when the frames are named (``mechanism``)
+        self._own_modules: frozenset[str] | None = None  #: ``is_interpreter_module``'s, once asked
         self.refresh(force=True)
 
     @property
@@ -458,7 +459,8 @@ class CPythonSession:
         info = self.codes.get(frame.code)
         if info is None:
             return FrameInfo("<unknown Python code>")
-        return FrameInfo(info.name, info.filename, info.line(frame.offset), mechanism=python_mechanism(info.filename))
+        return FrameInfo(info.name, info.filename, info.line(frame.offset), mechanism=python_mechanism(info.filename),
+                         function_file=info.filename, function_line=info.firstlineno or None)  # fmt: skip
 
     # --- native frames -----------------------------------------------------------------------------------
 
@@ -517,6 +519,15 @@ class CPythonSession:
         if self._mechanics is None:
             self._mechanics = InterpreterMechanics(self.interpreter.obj.symbols, self.interpreter.bias)
         return self._mechanics.of(frame.avma, name)
+
+    def is_interpreter_module(self, path: str) -> bool:
+        """The interpreter's file (libpython, or a static ``python3.X``), and the executable that runs it when
+        that is CPython's launcher (named ``python3.X``, as ``interpreter_mapping`` knows it: Programs/python.c,
+        a ``main`` that calls ``Py_BytesMain``), not a program that embeds the interpreter (``--hide-interpreter``:
+        ``symbolize/startup.py``)."""
+        if self._own_modules is None:
+            self._own_modules = interpreter_modules(self.process, self.interpreter)
+        return path in self._own_modules
 
     def is_coroutine_base(self, name: str) -> bool:
         """A function at the base of a coroutine's own C stack: greenlet's ``g_initialstub`` (``anchors.py``)."""

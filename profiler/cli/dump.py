@@ -35,6 +35,7 @@ from profiler.target.capture import Capture, SeizedThread
 from profiler.target.tracing_thread import TracingThread
 from profiler.tree.calltree import command_line
 from profiler.tree.display import StackDisplays
+from profiler.tree.frame_identity import frame_label
 
 #: proc(5) state letters, as words
 STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
@@ -274,10 +275,9 @@ def _walk_stopped(stop: StopReason, stack_bytes: int) -> str | None:
 
 
 def _where(info: FrameInfo) -> str:
-    """" (file:line)", " (file)" for a line unknown, " [module]" for a frame without a file, or nothing."""
-    if info.file:
-        return f" ({info.file}:{info.line})" if info.line else f" ({info.file})"
-    return f" [{info.module}]" if info.module else ""
+    """" (file:line)", " (file)" for a line unknown, " [module]" for a frame without a file, or nothing: the
+    path shortened as in every output's names (``tree/source_paths.py``; whole in ``--json``)."""
+    return frame_label(info, lines=True).removeprefix(info.name)
 
 
 def render_json(session: Session, processes: list[DumpProcess]) -> bytes:

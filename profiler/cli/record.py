@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from profiler.atomic import check_writable, is_stream, output_label
 from profiler.binary.objfile import ObjectFileCache
+from profiler.cli.frame_options import add_frame_arguments
 from profiler.cli.status import StatusLine, error_summary, top_table
 from profiler.cli.stop import SetupInterrupted, StopFlag
 from profiler.config import (
@@ -60,9 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
     p.add_argument(
         "--hide-interpreter", action="store_true",
-        help="hide the interpreter's own frames between its eval loop and C calls (kept by default)",
+        help="hide the interpreter's own frames: those between its eval loop and C calls, and its start-up "
+        "before the first Python frame (kept by default)",
     )  # fmt: skip
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
+    add_frame_arguments(p)
     p.add_argument(
         "--subprocesses", action="store_true",
         help="also profile the target's child processes as they appear (each labelled with pid and command)",
@@ -129,9 +132,8 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
 
 
 def export_config(args: argparse.Namespace) -> ExportConfig:
-    return ExportConfig(
-        idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter
-    )
+    return ExportConfig(idle=args.idle, threads=args.threads, gil_only=args.gil,
+                        hide_interpreter=args.hide_interpreter, lines=args.lines)  # fmt: skip
 
 
 def session_path_for(output: str) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from profiler.atomic import STDOUT, check_writable, output_label
+from profiler.cli.frame_options import add_frame_arguments
 from profiler.cli.status import top_table
 from profiler.config import ExportConfig
 from profiler.errors import SessionFormatError
@@ -23,12 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", action="store_true", help="keep threads apart in folded output")
     p.add_argument("--gil", action="store_true", help="keep only samples of the thread holding the GIL")
     p.add_argument("--hide-interpreter", action="store_true", help="hide the interpreter's own frames")
+    add_frame_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = ExportConfig(
-        idle=args.idle, threads=args.threads, gil_only=args.gil, hide_interpreter=args.hide_interpreter
-    )
+    config = ExportConfig(idle=args.idle, threads=args.threads, gil_only=args.gil,
+                          hide_interpreter=args.hide_interpreter, lines=args.lines)  # fmt: skip
     # -f without -o: the output goes to standard output (``nprof report s.nprof -f folded | flamegraph.pl``)
     output = STDOUT if args.output is None and args.format is not None else args.output
     exporter = None

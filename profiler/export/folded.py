@@ -1,6 +1,7 @@
 """Folded stacks ("collapsed" format of Brendan Gregg's stackcollapse scripts): one line per distinct stack,
 frames root first separated by ';', then a space and the sample count. flamegraph.pl, inferno and speedscope
-read it. A session of several processes (``--subprocesses``) has each process as a root frame, and
+read it. Frames are named ``function (file)``, or ``function (file:line)`` with ``--lines``
+(``tree/frame_identity.py``). A session of several processes (``--subprocesses``) has each process as a root frame, and
 ``--threads`` puts each thread under it."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from profiler.model import FrameInfo
 from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, process_labels, stack_counts, thread_label
 from profiler.tree.display import StackDisplays
+from profiler.tree.frame_identity import frame_label
 
 
 def folded_label(text: str) -> str:
@@ -23,13 +25,9 @@ def folded_label(text: str) -> str:
     return text.replace(";", ":").replace("\r", " ").replace("\n", " ")
 
 
-def folded_name(frame: FrameInfo) -> str:
-    name = frame.name
-    if frame.module and not frame.file:
-        name = f"{name} [{frame.module}]"
-    elif frame.file:
-        name = f"{name} ({frame.file}:{frame.line})" if frame.line else f"{name} ({frame.file})"
-    return folded_label(name)
+def folded_name(frame: FrameInfo, lines: bool) -> str:
+    """A frame as one frame of a line: ``frame_identity.frame_label``, per line or per function."""
+    return folded_label(frame_label(frame, lines))
 
 
 #: bytes of lines handed to the writer at a time: a write per MiB costs nothing next to formatting the lines,
@@ -54,8 +52,9 @@ class FoldedExporter(Exporter):
         twice (a report of 335,000 distinct stacks: 383 MiB of text, 987 MiB at the peak). Before, the
         dictionary, a list of the lines, their join and its encoding each held it (3.1 GB at the peak of a
         434 MB file of a long recording of a program taking random call paths)."""
-        displays = StackDisplays(session, frame_filter(config))
-        names = [folded_name(f).encode() for f in displays.infos]  # per display id, not per frame of every stack
+        displays = StackDisplays(session, frame_filter(config), config.lines, config.hide_interpreter)
+        # per display id, not per frame of every stack
+        names = [folded_name(f, config.lines).encode() for f in displays.infos]
         processes = process_labels(session)
         # samples per stack under each root prefix: a stack several threads ran is expanded once per prefix
         by_prefix: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))

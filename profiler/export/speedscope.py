@@ -2,11 +2,13 @@
 
 One *sampled* profile per thread, all sharing one frame table, after a first profile of all threads together
 where there are several: speedscope opens the profile ``activeProfileIndex`` names, and a threaded server's
-busiest thread alone held 2.9% of its samples (issue 44; docs/decisions/speedscope-all-threads.md).
-Samples are aggregated: each distinct stack appears once per profile with its sample count as weight, so
-the file's size is bounded by the number of distinct stacks (py-spy writes one entry per sample); the
-profile of all threads adds each distinct stack once more. Weights are in seconds: each sample stands for
-the time between two ticks of the recording.
+busiest thread alone held 2.9% of its samples (issue 44; docs/decisions/speedscope-all-threads.md). A frame
+of the table is a function, its file (whole) and the line it is declared at; with ``--lines``, a function
+and the line sampled, one frame per line (``tree/frame_identity.py``). Samples are aggregated: each
+distinct stack appears once per profile with its sample count as weight, so the file's size is bounded by
+the number of distinct stacks (py-spy writes one entry per sample); the profile of all threads adds each
+distinct stack once more. Weights are in seconds: each sample stands for the time between two ticks of the
+recording.
 
 A session keeps counts, not the order samples came in, so there is no timeline to give speedscope's "Time
 Order" view, which draws the samples in file order and merges neighbours' common frames. The stacks are
@@ -132,7 +134,7 @@ class SpeedscopeExporter(Exporter):
     extensions = (".speedscope.json", ".json")
 
     def render(self, session: Session, config: ExportConfig) -> bytes:
-        displays = StackDisplays(session, frame_filter(config))
+        displays = StackDisplays(session, frame_filter(config), config.lines, config.hide_interpreter)
         shared = _SharedFrames(displays)
         counts = stack_counts(session, config)
         shown = _ShownStacks(displays, shared, list({sid for per in counts.values() for sid in per}))

@@ -33,7 +33,11 @@ from profiler.profile.tables import FrameKey, FrameTable, StackTable
 #: grew it by ~2 MB/s, 39 MB in 20 s. A miss interns the frames again, 2 dict lookups each.
 MAX_CACHED_FRAMES = 1 << 17
 FORMAT_NAME = "nprof-session"
-FORMAT_VERSION = 1
+#: 2: frames carry where their function is declared, their source tree's root and whether they are start-up
+#: code (``FrameInfo``: issue 44). An nprof reading only 1 refuses a 2 with the version, rather than failing
+#: on rows longer than its frames; a version 1 file loads with those fields unset.
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,10 @@ def _what_it_is(head: bytes) -> str:
 
 
 def _info_row(f: FrameInfo) -> list[object]:
-    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter, f.mechanism.value if f.mechanism else None]
+    """A frame's fields, in the order ``_info`` reads them: a session written before the later ones existed
+    (version 1: the first six) loads with their defaults."""
+    return [f.name, f.file, f.line, f.module, f.inlined, f.interpreter, f.function_file, f.function_line,
+            f.source_root, f.startup, f.mechanism.value if f.mechanism else None]  # fmt: skip
 
 
 #: the ``Mechanism`` of each value a session file may hold
@@ -231,10 +238,11 @@ _MECHANISMS = {m.value: m for m in Mechanism}
 
 
 def _info(row: list[Any]) -> FrameInfo:
-    """A row of ``_info_row``; one of a file written before frames had a mechanism has six fields."""
+    """A row of ``_info_row``."""
     info = FrameInfo(*row[:6])
-    mechanism = _MECHANISMS.get(row[6]) if len(row) > 6 else None
-    return info if mechanism is None else replace(info, mechanism=mechanism)
+    extra = dict(zip(("function_file", "function_line", "source_root", "startup"), row[6:10]))
+    mechanism = _MECHANISMS.get(row[10]) if len(row) > 10 else None
+    return replace(info, **extra, mechanism=mechanism) if extra or mechanism else info
 
 
 def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
@@ -249,10 +257,10 @@ def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:
         raise SessionFormatError(f"{path}: corrupt session file (unreadable metadata).") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise SessionFormatError(f"{path}: not an nprof session file.")
-    if meta.get("version") != FORMAT_VERSION:
+    if meta.get("version") not in READS_VERSIONS:
         raise SessionFormatError(
             f"{path}: session format version {meta.get('version')} is not supported by nprof {__version__} "
-            f"(it reads version {FORMAT_VERSION}).",
+            f"(it reads versions {', '.join(map(str, READS_VERSIONS))}).",
             "Render it with the nprof version that recorded it.",
         )
     try:

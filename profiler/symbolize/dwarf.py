@@ -19,9 +19,10 @@ from profiler.binary.elf import ElfFile
 from profiler.binary.symbols import SymbolTable
 from profiler.errors import BinaryError
 from profiler.model import FrameInfo
+from profiler.symbolize.declarations import Declaration, Declarations
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf_constants import CODE_UNIT_TYPES
-from profiler.symbolize.dwarf_dies import UnitDies
+from profiler.symbolize.dwarf_dies import Die, UnitDies
 from profiler.symbolize.dwarf_forms import Abbrev, UnitFormat, parse_abbrevs
 from profiler.symbolize.dwarf_sections import DebugSections, has_debug_info, load_sections
 from profiler.symbolize.dwarf_units import UnitHeader, read_unit_header
@@ -87,6 +88,7 @@ class DwarfResolver:
         self._line_store: LineTableStore | None = None
         self._abbrevs: dict[tuple[int, UnitFormat], dict[int, Abbrev]] = {}
         self._names = FunctionNames(self._unit_dies_at)
+        self._declarations = Declarations(self._unit_holding)
         self._cache: dict[int, Frames] = {}
         self._stored = FrameStore(store_key(elf) if frame_cache is not None else None, frame_cache)
         self.notes: list[str] = []
@@ -150,7 +152,9 @@ class DwarfResolver:
         file, line = row if row is not None else (None, None)
         subprogram = unit.subprogram_at(svma)
         if subprogram is None:
-            return [FrameInfo(self._symbol_name(svma, None) or NO_NAME, file, line or None)] if row else []
+            root = lines.source_root if lines is not None else None
+            return [FrameInfo(self._symbol_name(svma, None) or NO_NAME, file, line or None, source_root=root)] \
+                if row else []  # fmt: skip
         tree = unit.inline_tree(subprogram)
         chain = tree.chain(svma) if tree is not None else []
         outer, is_linkage = self._names.name_of(unit.dies, subprogram)
@@ -166,10 +170,23 @@ class DwarfResolver:
             for site in chain
         ]  # fmt: skip
         places.append((file, line))
+        declared = [self._declaration(unit, die)
+                    for die in (subprogram, *(unit.dies.die_at(site.die_offset) for site in chain))]  # fmt: skip
+        root = lines.source_root if lines is not None else None
         return [
-            FrameInfo(name or NO_NAME, place_file, place_line or None, None, inlined=level > 0)
-            for level, (name, (place_file, place_line)) in enumerate(zip(names, places))
-        ]
+            FrameInfo(name or NO_NAME, place_file, place_line or None, None, inlined=level > 0,
+                      function_file=where[0], function_line=where[1], source_root=root)
+            for level, (name, (place_file, place_line), where) in enumerate(zip(names, places, declared))
+        ]  # fmt: skip
+
+    def _declaration(self, unit: UnitSymbols, die: Die) -> Declaration:
+        """Where the function of ``die`` is declared; (None, None) where that cannot be read, which costs the
+        frame its declaration only, not its name and line."""
+        try:
+            return self._declarations.of(unit, die)
+        except _ERRORS as e:
+            self._failure(f"declaration of the DIE at 0x{die.offset:x}", e)
+            return None, None
 
     def _symbol_name(self, svma: int, entry: int | None) -> str | None:
         """The demangled symbol covering ``svma``; with an ``entry``, only a mangled one starting there."""
@@ -222,9 +239,12 @@ class DwarfResolver:
 
     def _unit_dies_at(self, die_offset: int) -> UnitDies | None:
         """The unit holding a .debug_info offset, for references across units (DW_FORM_ref_addr)."""
-        header = self._index.header_containing(die_offset) if self._index is not None else None
-        unit = self._unit(header.offset) if header is not None else None
+        unit = self._unit_holding(die_offset)
         return unit.dies if unit is not None else None
+
+    def _unit_holding(self, die_offset: int) -> UnitSymbols | None:
+        header = self._index.header_containing(die_offset) if self._index is not None else None
+        return self._unit(header.offset) if header is not None else None
 
     def _failure(self, where: str, error: Exception) -> None:
         """Record why something could not be read. Anything but a BinaryError is a bounds check that

@@ -10,8 +10,9 @@ interpreter from one dump to the next (docs/decisions/dwarf-frame-store.md).
   its sizes or mtime change. (A digest of the sections, as ``line_cache.py`` takes, costs 30-60 ms for
   libpython's ``.debug_info`` alone: the price of the cold path, paid on the warm one.)
 * Stored through ``TableCache("frames")`` (``binary/cache.py``: versioned, atomic, numbers only): per
-  address its rows; per row a name and a file (indexes into one table of UTF-8 strings), a line and
-  whether it is inlined. Strings are decoded when an address is looked up, not at load.
+  address its rows; per row what ``DwarfResolver`` fills in a ``FrameInfo``: its name, file and line,
+  whether it is inlined, where its function is declared and its source root (strings as indexes into one
+  table of UTF-8 strings, decoded when an address is looked up, not at load).
 * An entry whose arrays do not have the expected types or whose indexes do not fit is discarded whole.
 """
 
@@ -29,7 +30,7 @@ from profiler.binary.elf import ElfFile
 from profiler.model import FrameInfo
 
 #: bump when what ``DwarfResolver`` returns for an address changes (names, files, lines, inlining)
-RESOLVER_VERSION = 1
+RESOLVER_VERSION = 2
 #: addresses kept per file: ~60 bytes each with their frames and names, so an entry stays under ~16 MB
 #: (a 60 s recording of a Python program calling json, re and sqlite3 resolved ~9,000 native addresses)
 MAX_ADDRESSES = 262_144
@@ -38,7 +39,10 @@ _SECTIONS = (".debug_info", ".debug_abbrev", ".debug_line", ".debug_str", ".debu
              ".debug_rnglists", ".debug_aranges", ".debug_addr", ".debug_str_offsets")  # fmt: skip
 
 _ARRAYS = (("addresses", np.uint64), ("address_ends", np.int64), ("names", np.int64), ("files", np.int64),
-           ("lines", np.int64), ("inlined", np.bool_), ("strings", np.uint8), ("string_ends", np.int64))  # fmt: skip
+           ("lines", np.int64), ("inlined", np.bool_), ("function_files", np.int64), ("function_lines", np.int64),
+           ("source_roots", np.int64), ("strings", np.uint8), ("string_ends", np.int64))  # fmt: skip
+#: the row columns that index the string table (-1: none)
+_STRING_COLUMNS = ("names", "files", "function_files", "source_roots")
 
 Frames = list[FrameInfo]
 
@@ -80,13 +84,7 @@ class FrameStore:
             return None
         ends = self._stored["address_ends"]
         start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
-        names, files = self._stored["names"], self._stored["files"]
-        lines, inlined = self._stored["lines"], self._stored["inlined"]
-        return [
-            FrameInfo(self._string(int(names[row])), self._string(int(files[row])) if files[row] >= 0 else None,
-                      int(lines[row]) or None, None, inlined=bool(inlined[row]))
-            for row in range(start, end)
-        ]  # fmt: skip
+        return [_row(self._stored, row, self._string) for row in range(start, end)]
 
     def put(self, svma: int, frames: Frames) -> None:
         if self._key is not None:
@@ -137,12 +135,7 @@ def _merged(stored: Arrays, new: dict[int, Frames], stored_string: Callable[[int
         ends = stored["address_ends"]
         for at, svma in enumerate(stored["addresses"].tolist()):
             start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
-            frames.setdefault(svma, [
-                FrameInfo(stored_string(int(stored["names"][row])),
-                          stored_string(int(stored["files"][row])) if stored["files"][row] >= 0 else None,
-                          int(stored["lines"][row]) or None, None, inlined=bool(stored["inlined"][row]))
-                for row in range(start, end)
-            ])  # fmt: skip
+            frames.setdefault(svma, [_row(stored, row, stored_string) for row in range(start, end)])
     strings: dict[str, int] = {}
 
     def index(text: str) -> int:
@@ -150,20 +143,39 @@ def _merged(stored: Arrays, new: dict[int, Frames], stored_string: Callable[[int
 
     order = sorted(frames)
     rows = [f for svma in order for f in frames[svma]]
+
+    def indexes(texts: list[str | None]) -> npt.NDArray[np.int64]:
+        return np.array([index(t) if t is not None else -1 for t in texts], dtype=np.int64)
+
     names = [index(f.name) for f in rows]
-    files = [index(f.file) if f.file is not None else -1 for f in rows]
+    columns = {"files": indexes([f.file for f in rows]), "function_files": indexes([f.function_file for f in rows]),
+               "source_roots": indexes([f.source_root for f in rows])}  # fmt: skip
     encoded = [text.encode("utf-8", "surrogateescape") for text in strings]
     blob = b"".join(encoded)
     return {
         "addresses": np.array(order, dtype=np.uint64),
         "address_ends": np.cumsum([len(frames[svma]) for svma in order], dtype=np.int64),
         "names": np.array(names, dtype=np.int64),
-        "files": np.array(files, dtype=np.int64),
+        **columns,
         "lines": np.array([f.line or 0 for f in rows], dtype=np.int64),
         "inlined": np.array([f.inlined for f in rows], dtype=np.bool_),
+        "function_lines": np.array([f.function_line or 0 for f in rows], dtype=np.int64),
         "strings": np.frombuffer(blob, dtype=np.uint8).copy(),
         "string_ends": np.cumsum([len(e) for e in encoded], dtype=np.int64),
     }
+
+
+def _row(arrays: Arrays, row: int, string: Callable[[int], str]) -> FrameInfo:
+    """The frame of row ``row``."""
+
+    def text(column: str) -> str | None:
+        at = int(arrays[column][row])
+        return string(at) if at >= 0 else None
+
+    return FrameInfo(string(int(arrays["names"][row])), text("files"), int(arrays["lines"][row]) or None, None,
+                     inlined=bool(arrays["inlined"][row]), function_file=text("function_files"),
+                     function_line=int(arrays["function_lines"][row]) or None,
+                     source_root=text("source_roots"))  # fmt: skip
 
 
 def _well_formed(arrays: Arrays) -> bool:
@@ -174,17 +186,20 @@ def _well_formed(arrays: Arrays) -> bool:
         if column is None or column.dtype != dtype or column.ndim != 1:
             return False
     addresses = cast("npt.NDArray[np.uint64]", arrays["addresses"])
-    ends, string_ends, names, files = (cast("npt.NDArray[np.int64]", arrays[name])
-                                       for name in ("address_ends", "string_ends", "names", "files"))  # fmt: skip
+    ends, string_ends, names = (cast("npt.NDArray[np.int64]", arrays[name])
+                                for name in ("address_ends", "string_ends", "names"))  # fmt: skip
     rows = len(names)
-    if len(addresses) != len(ends) or any(len(arrays[n]) != rows for n in ("files", "lines", "inlined")):
+    if len(addresses) != len(ends) or any(len(arrays[n]) != rows for n, _ in _ARRAYS[2:9]):
         return False
     if len(addresses) > 1 and not bool(np.all(addresses[1:] > addresses[:-1])):
         return False
     if not _rising_to(ends, rows) or not _rising_to(string_ends, len(arrays["strings"])):
         return False
     count = len(string_ends)
-    return bool(np.all((names >= 0) & (names < count)) and np.all((files >= -1) & (files < count)))
+    if not bool(np.all((names >= 0) & (names < count))):
+        return False
+    others = (cast("npt.NDArray[np.int64]", arrays[n]) for n in _STRING_COLUMNS[1:])
+    return all(bool(np.all((column >= -1) & (column < count))) for column in others)
 
 
 def _rising_to(ends: npt.NDArray[np.int64], total: int) -> bool:

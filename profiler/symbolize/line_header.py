@@ -8,6 +8,12 @@ and directory 0 means DW_AT_comp_dir. Other relative directories are taken relat
 binutils does; paths are normalised (``./Include/x.h`` -> ``Include/x.h``). A relative DW_AT_comp_dir (a
 reproducible build's ``-ffile-prefix-map=DIR=.``, as Debian's libc has: ``./elf``) stays relative:
 ``elf/dl-error-skeleton.c``, as gdb's ``./elf/dl-error-skeleton.c``.
+
+The header also says where the unit's source tree is (``source_root``), which outputs show paths under
+relative to (``tree/source_paths.py``): the compilation directory, or the directory its relative include
+directories climb to. pyenv builds CPython in its source tree (``/tmp/python-build.N/Python-3.11.7``, whose
+directories are ``./Include``, ``./Modules``); Debian builds it out of tree, in ``build-static``, whose
+directories are ``../Python``, ``../Include``, so the tree is the directory above.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class LineHeader:
     program_start: int  #: offset of the first opcode in .debug_line
     program_end: int  #: offset just past the last opcode
     file_names: dict[int, str]  #: file index -> path
+    #: the root of the unit's source tree (module docstring), absolute; None where the unit's directory is
+    #: relative or unknown, or the climb leaves no directory of its own (``/``, ``/tmp``)
+    source_root: str | None = None
 
 
 FormText = Callable[[int, int], "str | None"]
@@ -84,9 +93,27 @@ def read_line_header(
         else:
             directory = posixpath.join(base, dirs[dir_index] if 0 < dir_index < len(dirs) else "")
         names[i + first] = posixpath.normpath(posixpath.join(directory, name)) if name else ""
+    root = source_root(base, dirs[1:])
     return LineHeader(
-        version, min_inst, line_base, line_range, opcode_base, lengths, program_start, end, names
+        version, min_inst, line_base, line_range, opcode_base, lengths, program_start, end, names, root
     )
+
+
+def source_root(comp_dir: str, dirs: list[str]) -> str | None:
+    """The root of a unit's source tree: ``comp_dir``, up as many levels as its relative include
+    directories ``dirs`` climb (``../Include`` from ``build-static``: one). None if ``comp_dir`` is not
+    absolute, or if the root is ``/`` or a directory right under it, which hold no one build's tree."""
+    if not comp_dir.startswith("/"):
+        return None
+    climb = 0
+    for directory in dirs:
+        if directory.startswith(".."):
+            parts = posixpath.normpath(directory).split("/")
+            climb = max(climb, next((i for i, part in enumerate(parts) if part != ".."), len(parts)))
+    root = posixpath.normpath(comp_dir)
+    for _ in range(climb):
+        root = posixpath.dirname(root)
+    return root if root.count("/") >= 2 else None
 
 
 def _entries_v5(cursor: Cursor, fmt: UnitFormat, form_text: FormText) -> list[tuple[str, int]]:

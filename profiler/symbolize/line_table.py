@@ -47,6 +47,7 @@ class DwarfLineTable:
     def __init__(self, header: LineHeader, section: bytes, columns: LineColumns | None = None) -> None:
         """Decode the program of ``header``, unless its ``columns`` were decoded before (``line_cache.py``)."""
         self.file_names = header.file_names
+        self.source_root = header.source_root  #: the root of the unit's source tree (``line_header.py``)
         self.columns = columns if columns is not None else decode_columns(header, section)
         self.addresses, self.files, self.lines, self.ends = self.columns
 

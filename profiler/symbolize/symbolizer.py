@@ -40,6 +40,7 @@ from profiler.runtime import AgentSession, InterpreterGlue, RuntimeMechanics
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf import DwarfResolver
 from profiler.symbolize.dwarf_sections import has_debug_info
+from profiler.symbolize.startup import mark_startup_frames
 
 _SYNTHETIC = frozenset(int(kind) for kind in SyntheticFrame)
 
@@ -117,6 +118,7 @@ def symbolize(
     infos = [f if f is not None else FrameInfo("[?]") for f in out]
     _mark_interpreter_frames(keys, modules, infos, inlined, agents)
     _mark_mechanics(keys, modules, infos, inlined, agents)
+    mark_startup_frames(keys, modules, infos, agents)
     return Symbolized(infos, inlined, notices, unnamed)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from profiler.model import FrameInfo, FrameKind
 from profiler.profile.session import Session
+from profiler.tree.frame_identity import shown_frame
 
 
 def frame_info(session: Session, fid: int) -> FrameInfo:
@@ -38,6 +39,14 @@ class StackDisplays:
     that loop activation executes, so when runtime frames were interleaved at an interpreter frame, its
     inlined calls come after them, not between the loop and the Python functions it runs.
 
+    With ``hide_startup`` (``--hide-interpreter``), the start-up code outward of a stack's first runtime
+    frame is left out too, inlined calls and all (``FrameInfo.startup``: ``_start`` ... ``Py_BytesMain`` ...
+    ``_PyEval_EvalFrameDefault`` before ``<module>``), but for the calls an eval loop right before that frame
+    defers, which ran for the runtime frames. Only where the first frame that is not native is a runtime
+    frame: a stack without one shows whole, and so does a stack whose runtime frames sit on an
+    ``[unanchored]`` marker above the native ones. ``lines``: frames are shown per line sampled, or per
+    function (``frame_identity.shown_frame``).
+
     Every frame shown has a *display id*: an index into ``infos`` (what it shows) and ``origin`` (the frame id
     it comes from); a frame's function and each call inlined at it have their own. The names, the filter and
     the inlined calls are looked up once per frame id, here, not once per frame of every stack: exporters
@@ -45,28 +54,54 @@ class StackDisplays:
     335,000, 28 frames deep on average, whose expansion frame by frame took 19 s of a 22 s report.
     """
 
-    def __init__(self, session: Session, keep: Callable[[FrameInfo], bool]) -> None:
+    def __init__(
+        self, session: Session, keep: Callable[[FrameInfo], bool], lines: bool = True, hide_startup: bool = False
+    ) -> None:
         self.session = session
+        self.lines = lines
         self.infos: list[FrameInfo] = []
         self.origin: list[int] = []
-        self._runtime: list[bool] = (session.frames.kinds() == FrameKind.RUNTIME).tolist()
+        kinds = session.frames.kinds()
+        self._runtime: list[bool] = (kinds == FrameKind.RUNTIME).tolist()
+        self._native: list[bool] = (kinds == FrameKind.NATIVE).tolist()
         self._own: list[tuple[int, ...]] = []  #: frame id -> its function's display id, if shown
         self._calls: list[tuple[int, ...]] = []  #: frame id -> display ids of the calls inlined at it, shown
-        self._interpreter: list[bool] = []
+        #: frame id -> an interpreter frame (``FrameInfo.interpreter``): one whose inlined calls it defers
+        self.interpreter: list[bool] = []
+        #: frame id -> hidden outward of its stack's first runtime frame (``hide_startup``)
+        self.startup: list[bool] = []
         for fid in range(len(session.frames)):
             frame = frame_info(session, fid)
             self._own.append(self._shown(fid, [frame], keep))
             self._calls.append(self._shown(fid, session.inlined.get(fid, ()), keep))
-            self._interpreter.append(frame.interpreter)
+            self.interpreter.append(frame.interpreter)
+            self.startup.append(hide_startup and frame.startup)
+        self._hides_startup = any(self.startup)
 
     def _shown(self, fid: int, frames: Sequence[FrameInfo], keep: Callable[[FrameInfo], bool]) -> tuple[int, ...]:
         ids = []
         for frame in frames:
             if keep(frame):
                 ids.append(len(self.infos))
-                self.infos.append(frame)
+                self.infos.append(shown_frame(frame, self.lines))
                 self.origin.append(fid)
         return tuple(ids)
+
+    def own_count(self, fid: int) -> int:
+        """How many display ids frame ``fid``'s function has (0: hidden, or 1), before its inlined calls'."""
+        return len(self._own[fid])
+
+    def startup_end(self, fids: Sequence[int]) -> int:
+        """How many frames of the stack ``fids`` (outermost first) are outward of its first runtime frame, where
+        start-up code is hidden: 0 where nothing is (no frame hidden as start-up, or the first frame that is not
+        native is not a runtime frame)."""
+        if not self._hides_startup:
+            return 0
+        native = self._native
+        for i, fid in enumerate(fids):
+            if not native[fid]:
+                return i if self._runtime[fid] else 0
+        return 0
 
     def of_frame(self, fid: int) -> tuple[int, ...]:
         """The display ids frame ``fid`` shows, wherever it is: its function's, then its inlined calls'
@@ -79,11 +114,15 @@ class StackDisplays:
 
     def defers_calls(self, fid: int) -> bool:
         """Frame ``fid`` is an interpreter frame: followed by runtime frames, its inlined calls come after them."""
-        return self._interpreter[fid]
+        return self.interpreter[fid]
 
-    def expand(self, fids: Sequence[int]) -> list[int]:
-        """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown."""
-        runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self._interpreter
+    def expand(self, fids: Sequence[int], whole: bool = True) -> list[int]:
+        """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown; ``whole``:
+        ``fids`` start at the stack's root (else no start-up code is hidden, which only the root says)."""
+        hidden = self.startup_end(fids) if whole else 0
+        if hidden:
+            return self._expand_hiding(fids, hidden)
+        runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self.interpreter
         out: list[int] = []
         deferred: tuple[int, ...] = ()
         last = len(fids) - 1
@@ -98,6 +137,34 @@ class StackDisplays:
                     deferred = inlined
                 else:
                     out += inlined
+        out += deferred
+        return out
+
+    def _expand_hiding(self, fids: Sequence[int], hidden: int) -> list[int]:
+        """``expand`` of a stack whose first ``hidden`` frames are outward of its first runtime frame, where the
+        start-up frames show only the calls they defer to the runtime frames. ``expand``'s loop with one more
+        test per frame, kept apart: ``expand`` runs for every stack of every output (the same tests check
+        both, on random sessions: tests/unit/test_top_table.py)."""
+        runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self.interpreter
+        startup = self.startup
+        out: list[int] = []
+        deferred: tuple[int, ...] = ()
+        last = len(fids) - 1
+        for i, fid in enumerate(fids):
+            if deferred and not runtime[fid]:
+                out += deferred
+                deferred = ()
+            inlined = calls[fid]
+            defers = bool(inlined) and interpreter[fid] and i < last and runtime[fids[i + 1]]
+            if i < hidden and startup[fid]:
+                if defers:
+                    deferred = inlined
+                continue
+            out += own[fid]
+            if defers:
+                deferred = inlined
+            else:
+                out += inlined
         out += deferred
         return out
 

@@ -4,6 +4,7 @@ anywhere on the stack (total), over the prefix tree in numpy rather than one dis
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,8 @@ from profiler.profile.session import Session
 from profiler.tree.calltree import frame_filter, stack_counts
 from profiler.tree.display import StackDisplays, tree_levels
 from profiler.tree.mechanics import MECHANISMS, label, stack_mechanics
+from profiler.tree.source_paths import short_path
+from profiler.tree.startup_mask import StartupMask
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def function_totals(session: Session, config: ExportConfig) -> tuple[list[Functi
         return [], 0
     sids = np.fromiter(merged.keys(), dtype=np.int64, count=len(merged))
     counts = np.fromiter(merged.values(), dtype=np.int64, count=len(merged))
-    displays = StackDisplays(session, frame_filter(config))
+    displays = StackDisplays(session, frame_filter(config), lines=False, hide_startup=config.hide_interpreter)
     labels = _FrameLabels(displays)
     columns = session.stacks.columns()
     parent, frame = columns["parent"].astype(np.int64), columns["frame"].astype(np.int64)
@@ -114,6 +117,7 @@ class _FrameLabels:
         self.last[some] = self.flat[(self.start + self.count - 1)[some]]
         self.ids = ids  #: label -> id
         self.names = list(ids)
+        self.startup = StartupMask(displays, self.count)
 
 
 def _stack_labels(
@@ -122,10 +126,17 @@ def _stack_labels(
     """Every (index into ``sids``, label id) of the frames on those stacks, repeats included, for all
     stacks at once a tree level at a time."""
     stacks, labs = [], []
-    for index, fids in tree_levels(sids, parent, frame):
-        n = labels.count[fids]
+    levels: Iterable[tuple[np.ndarray, np.ndarray]] = tree_levels(sids, parent, frame)
+    skips = None
+    if labels.startup.any:  # --hide-interpreter, with start-up frames: which each stack shows depends on it
+        levels = list(levels)
+        skips = labels.startup.skips(levels, len(sids))
+    for level, (index, fids) in enumerate(levels):
+        start, n = labels.start[fids], labels.count[fids]
+        if skips is not None:
+            start, n = start + skips[level], n - skips[level]
         # each node's labels: flat[start : start + n], expanded without a Python loop
-        offsets = np.repeat(labels.start[fids] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
+        offsets = np.repeat(start - np.cumsum(n) + n, n) + np.arange(int(n.sum()))
         stacks.append(np.repeat(index, n))
         labs.append(labels.flat[offsets])
         if labels.any_group:  # the line of each frame's mechanism, besides its function
@@ -164,12 +175,12 @@ def _shown_at_end(
         if int(kinds[tail[-1]]) != FrameKind.RUNTIME:
             break
         node = int(parent[node])
-    return displays.expand(tail[::-1]) or displays.expand(displays.session.stacks.frames(sid))
+    return displays.expand(tail[::-1], whole=False) or displays.expand(displays.session.stacks.frames(sid))
 
 
 def function_label(frame: FrameInfo) -> str:
     """How a function is shown in tables: its name, and the module (native) or file (runtime) it is in."""
-    where = frame.module or frame.file
+    where = frame.module or (short_path(frame.file, frame.source_root) if frame.file else None)
     if not where or frame.name == where or frame.name.startswith(f"{where}+0x"):  # (an unnamed address)
         return frame.name
     return f"{frame.name} ({where})"

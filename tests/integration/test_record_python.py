@@ -77,7 +77,7 @@ def test_pure_python_chain(interp, tmp_path):
     path = script("chain.py")
     out = str(tmp_path / "chain.speedscope.json")
     with running_target([interp.path, path], ready_at=2) as target:
-        record(target.pid, out)
+        record(target.pid, out, "--lines")  # (a frame per line sampled: its lines are checked)
     [profile] = read_speedscope(out)
     hot = marked_line("chain.py", "hot")
     chain = ("<module>", "main", "outer", "middle", "inner")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
 from tests.support.speedscope_viewer import SCHEMA_PATH, load_in_viewer, viewer_available
 from tests.support.targets import run_nprof, running_target
+from tests.targets.python.interpreters import TARGETS
 
 pytestmark = pytest.mark.chromium
 
@@ -23,10 +25,23 @@ def viewer():
 
 
 @pytest.fixture(scope="module")
-def recorded(threads_fp, tmp_path_factory) -> str:
+def threads_recorded(threads_fp, tmp_path_factory) -> str:
     """Three busy threads (and main, blocked in join): a profile of all threads, then one per thread."""
     out = str(tmp_path_factory.mktemp("viewer") / "threads.speedscope.json")
     with running_target([threads_fp]) as target:
+        result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
+        assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="module", params=["native", "python"])
+def recorded(request, threads_recorded, tmp_path_factory) -> str:
+    """A C program's threads, and a Python program's running C code (its frames a function each, with the
+    line the function is declared at: issue 44)."""
+    if request.param == "native":
+        return threads_recorded
+    out = str(tmp_path_factory.mktemp("viewer") / "python.speedscope.json")
+    with running_target([sys.executable, os.path.join(TARGETS, "c_heavy.py"), "60"], ready_at=2) as target:
         result = run_nprof("record", "--pid", str(target.pid), "-d", "1", "-o", out)
         assert result.returncode == 0, result.stderr
     return out
@@ -57,11 +72,11 @@ def test_loads_in_speedscope(viewer, recorded, tmp_path):
     assert "main" in result.body or os.path.getsize(tmp_path / "viewer.png") > 0
 
 
-def test_the_viewer_opens_on_all_threads_together(viewer, recorded):
+def test_the_viewer_opens_on_all_threads_together(viewer, threads_recorded):
     """What a user sees first is every thread's samples together, each stack with the sum of the threads'
     weights, and the threads' own profiles after it in the viewer's list (issue 44: a threaded server's
     603 profiles opened on its main thread, with 2.9% of the samples)."""
-    with open(recorded) as f:
+    with open(threads_recorded) as f:
         doc = json.load(f)
     together, *threads = doc["profiles"]
     assert doc["activeProfileIndex"] == 0 and together["name"] == f"all threads ({len(threads)})"
@@ -74,7 +89,7 @@ def test_the_viewer_opens_on_all_threads_together(viewer, recorded):
     for p in threads:
         for sample, weight in zip(p["samples"], p["weights"]):
             assert merged[tuple(frames[i] for i in sample)] == pytest.approx(weight)
-    result = load_in_viewer(recorded)
+    result = load_in_viewer(threads_recorded)
     assert result.ok, result
     assert f"all threads ({len(threads)}) (1/{len(threads) + 1})" in result.body, result.body
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -199,7 +200,7 @@ def test_session_file_version_mismatch(tmp_path, monkeypatch):
     path = str(tmp_path / "s.nprof")
     monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 99)
     make_session().save(path)
-    monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 1)
+    monkeypatch.setattr("profiler.profile.session.FORMAT_VERSION", 2)
     with pytest.raises(SessionFormatError, match="version 99 is not supported"):
         Session.load(path)
 
@@ -239,12 +240,25 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 def test_a_session_written_before_the_profile_had_its_room_loads_and_renders_the_same(tmp_path):
     """``fixtures/c_heavy-2026-11-29.nprof``: 0.3 s of ``tests/targets/python/c_heavy.py`` on CPython 3.11,
     written by nprof as of 2026-11-29, when the session lived in ``profiler/sampling``; its folded rendering
-    then is the ``.folded`` beside it. Every later nprof must load it and render it the same."""
+    then is the ``.folded`` beside it, a frame per line sampled. Every later nprof must load it and render it
+    the same with ``--lines``, but for the paths outputs shorten since (issue 44: those under the standard
+    library's and site-packages' directories; the session keeps no build roots for the native ones); and per
+    function by default."""
     session = Session.load(os.path.join(FIXTURES, "c_heavy-2026-11-29.nprof"))
     assert session.total_samples == 68 and len(session.threads) == 1
-    out = tmp_path / "again.folded"
-    result = subprocess.run([sys.executable, "-m", "profiler", "report", os.path.join(FIXTURES,
-                            "c_heavy-2026-11-29.nprof"), "-o", str(out)], capture_output=True, text=True)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    rendered = {}
+    for view in ("--lines", "--function"):
+        out = tmp_path / f"again{view}.folded"
+        command = [sys.executable, "-m", "profiler", "report", os.path.join(FIXTURES, "c_heavy-2026-11-29.nprof"),
+                   "-o", str(out), view]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        rendered[view] = out.read_text(encoding="utf-8")
     with open(os.path.join(FIXTURES, "c_heavy-2026-11-29.folded"), encoding="utf-8") as expected:
-        assert out.read_text(encoding="utf-8") == expected.read()
+        then = expected.read()
+    stdlib = "/root/.pyenv/versions/3.11.7/lib/python3.11/"
+    assert rendered["--lines"] == then.replace(f"{stdlib}site-packages/", "").replace(stdlib, "")
+    per_function = [line.rpartition(" ") for line in rendered["--function"].splitlines()]
+    assert sum(int(n) for _stack, _, n in per_function) == 68
+    assert not [stack for stack, _, _n in per_function if re.search(r":\d+\)(;|$)", stack)], "a line in a frame"
+    assert len(per_function) < len(then.splitlines()), "lines of a function merged"

@@ -65,26 +65,31 @@ def test_a_function_named_like_its_module_keeps_the_module_in_its_label():
     assert function_label(FrameInfo("libz.so.1+0x5d80", module="libz.so.1")) == "libz.so.1+0x5d80"
 
 
-def _display_by_definition(session: Session, fids: list[int], keep) -> list:
+def _display_by_definition(session: Session, fids: list[int], keep, hide_startup: bool = False) -> list:
     """What a stack shows, frame by frame as ``StackDisplays`` defines it: each frame's function, then the
     calls inlined at it, each left out where ``keep`` says so; an interpreter frame's inlined calls come after
-    the runtime frames interleaved right after it."""
+    the runtime frames interleaved right after it. With ``hide_startup``, where the first frame that is not
+    native is a runtime frame, the start-up frames before it are left out, and their inlined calls but for
+    those deferred."""
     from profiler.model import FrameKind
     from profiler.tree.display import frame_info
 
     kinds = session.frames.kinds()
     runtime = [int(kinds[fid]) == FrameKind.RUNTIME for fid in fids] + [False]
+    first = next((i for i, fid in enumerate(fids) if int(kinds[fid]) != FrameKind.NATIVE), None)
+    outward = first if hide_startup and first is not None and runtime[first] else 0
     out, deferred = [], []
     for i, fid in enumerate(fids):
         if deferred and not runtime[i]:
             out, deferred = out + deferred, []
         frame = frame_info(session, fid)
-        if keep(frame):
+        hidden = i < outward and frame.startup
+        if keep(frame) and not hidden:
             out.append((fid, frame))
         calls = [(fid, f) for f in session.inlined.get(fid, ()) if keep(f)]
         if frame.interpreter and runtime[i + 1]:
             deferred = calls
-        else:
+        elif not hidden:
             out += calls
     return out + deferred
 
@@ -127,7 +132,7 @@ def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple
     samples = 0
     for per in stack_counts(session, config).values():
         for sid, n in per.items():
-            shown = _display_by_definition(session, session.stacks.frames(sid), keep)
+            shown = _display_by_definition(session, session.stacks.frames(sid), keep, config.hide_interpreter)
             labels = [function_label(f) for _fid, f in shown]
             if labels:
                 samples += n
@@ -147,9 +152,10 @@ def _totals_one_stack_at_a_time(session: Session, config: ExportConfig) -> tuple
 
 
 def _random_session(seed: int, mechanisms: bool = False) -> Session:
-    """Native frames (some with inlined calls, some the interpreter's own, hidden with --hide-interpreter)
-    and runtime frames, with recursion, several threads and idle samples; with ``mechanisms``, some frames
-    and inlined calls of each runtime mechanism, and some lock releases."""
+    """Native frames (some with inlined calls, some the interpreter's own, hidden with --hide-interpreter, some
+    start-up code, hidden outward of the first runtime frame), runtime frames and markers, with recursion,
+    several threads and idle samples; a quarter of the stacks start with start-up frames. With
+    ``mechanisms``, some frames and inlined calls of each runtime mechanism, and some lock releases."""
     import random
 
     from profiler.model import FrameInfo, FrameKind, Mechanism, SampleClass, StopReason
@@ -160,19 +166,23 @@ def _random_session(seed: int, mechanisms: bool = False) -> Session:
     keys, info = [], []
     kinds = list(Mechanism)
     for i in range(30):
-        kind = FrameKind.RUNTIME if i % 3 == 0 else FrameKind.NATIVE
+        kind = FrameKind.RUNTIME if i % 3 == 0 else FrameKind.SYNTHETIC if i == 29 else FrameKind.NATIVE
         keys.append((kind, 0, 0x1000 + i, 0))
         interpreter = kind == FrameKind.NATIVE and i % 5 == 1
         mechanism = kinds[i % 4] if mechanisms and i % 7 == 2 else None
         if mechanisms and kind == FrameKind.RUNTIME and i % 9 == 0:
             mechanism = Mechanism.IMPORT  # importlib's frames
         name = "__GI___lll_lock_wake" if mechanisms and i % 7 == 4 and kind == FrameKind.NATIVE else f"f{i % 24}"
+        startup = kind == FrameKind.NATIVE and i % 4 == 1
         info.append(FrameInfo(name, file="a.py" if kind == FrameKind.RUNTIME else None,
-                              module=None if kind == FrameKind.RUNTIME else "m.so", interpreter=interpreter,
-                              mechanism=mechanism))  # fmt: skip
+                              module=None if kind != FrameKind.NATIVE else "m.so", interpreter=interpreter,
+                              mechanism=mechanism, startup=startup))  # fmt: skip
+    starts = [k for k, f in zip(keys, info) if f.startup]
     for _ in range(300):
         depth = rng.randint(1, 12)
-        sid = session.intern_stack(tuple(rng.choice(keys) for _ in range(depth)))
+        head = tuple(rng.choice(starts) for _ in range(rng.randint(1, 4))) if rng.random() < 0.25 else ()
+        # (innermost first: the start-up frames go last, outermost)
+        sid = session.intern_stack(tuple(rng.choice(keys) for _ in range(depth)) + head)
         cls = rng.choice([SampleClass.RUNNING, SampleClass.RUNNING, SampleClass.IDLE, SampleClass.GIL_HELD])
         session.add_sample(rng.choice(threads), sid, StopReason.END_OF_STACK, cls, rng.randint(1, 5))
     session.frame_info = [info[keys.index(session.frames.key(fid))] for fid in range(len(session.frames))]
@@ -214,9 +224,10 @@ def test_stack_displays_are_those_of_the_definition(seed, config):
 
     session = _random_session(seed)
     keep = calltree.frame_filter(config)
-    displays = display.StackDisplays(session, keep)
+    displays = display.StackDisplays(session, keep, hide_startup=config.hide_interpreter)
     sids = list(range(len(session.stacks)))[::-1]
-    expected = [_display_by_definition(session, session.stacks.frames(sid), keep) for sid in sids]
+    expected = [_display_by_definition(session, session.stacks.frames(sid), keep, config.hide_interpreter)
+                for sid in sids]  # fmt: skip
     shown = [[(displays.origin[d], displays.infos[d]) for d in ids] for ids in displays.many(sids)]
     assert shown == expected
     if config.hide_interpreter:

@@ -1,16 +1,16 @@
 """The ``nprof`` console script and ``python -m profiler``: the command line, imported with Ctrl-C held.
 
-Importing the command line imports numpy, pyelftools, capstone and every room of the engine: 0.5-1.8 s on
-the 2-core machines here. Ctrl-C in that time raised KeyboardInterrupt out of an import, before the
-command line's own handler existed, and Python printed a traceback (4 of 12 SIGINTs sent 0.5-1.2 s after
-launch). Catching it was not enough: an import that defines a dataclass runs its generated methods'
-source through ``exec``, and CPython marks a KeyboardInterrupt raised there as unhandled even once it is
-caught, and ends a ``python -m profiler`` run by SIGINT after its exit code has been chosen (status -2
-after nprof's "interrupted" message, 3 of 60 SIGINTs sent 0.20-0.30 s after launch). So SIGINT is only
-noted while the import runs, and answered after it; nothing is attached or written by then, so there is
-nothing to undo. The commands take over from there (``cli/stop.StopFlag``); one that came while the command line
-parsed its arguments (argparse) is caught here too.
-It lives outside ``profiler/cli``, whose package import is itself the slow part (numpy, at once).
+Importing the engine (numpy, pyelftools, python-ptrace, nprof's rooms) took 0.5-1.8 s on the 2-core machines
+here, when the command line imported it whole. Ctrl-C in that time raised KeyboardInterrupt out of an
+import, before the command line's own handler existed, and Python printed a traceback (4 of 12 SIGINTs sent
+0.5-1.2 s after launch). Catching it was not enough: an import that defines a dataclass runs its generated
+methods' source through ``exec``, and CPython marks a KeyboardInterrupt raised there as unhandled even once
+it is caught, and ends a ``python -m profiler`` run by SIGINT after its exit code has been chosen (status -2
+after nprof's "interrupted" message, 3 of 60 SIGINTs sent 0.20-0.30 s after launch). So SIGINT is only noted
+while the import runs, and answered after it; nothing is attached or written by then, so there is nothing to
+undo (``cli/stop.sigint_noted``; the engine's own import, once a command's arguments and target are checked,
+is held the same way: ``cli/engine.py``). The commands take over from there (``cli/stop.StopFlag``); one
+that came while the command line parsed its arguments (argparse) is caught here too.
 
 ``record``, ``dump`` and ``demo`` take the highest fair-class priority permitted before that import
 (``sampling/niceness.py``): next to a target whose threads keep every CPU busy, the import alone took
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from types import FrameType
 
 from profiler.sampling import niceness
 
@@ -32,24 +31,13 @@ _ATTACHING = ("record", "dump", "demo")
 def main() -> int:
     if sys.argv[1:2] and sys.argv[1] in _ATTACHING:
         niceness.raise_nice()  # ``record --priority normal`` gives it back once its arguments are read
-    noted: list[int] = []
-    before = signal.getsignal(signal.SIGINT)
-    # Python's handler, or ignored (a script's background job: ``kill -INT`` still stops nprof, as it stops
-    # a recording); not one an embedding program set
-    held = before is signal.default_int_handler or before == signal.SIG_IGN
+    from profiler.cli.stop import sigint_noted
 
-    def note(signum: int, frame: FrameType | None) -> None:
-        noted.append(signum)
-
-    if held:
-        signal.signal(signal.SIGINT, note)
     code = 130
+    noted: list[int] = []
     try:
-        try:
+        with sigint_noted() as noted:
             from profiler.cli.main import main as run
-        finally:
-            if held:
-                signal.signal(signal.SIGINT, before)  # ignored again: the command nprof starts inherits that
         if not noted:
             code = run()
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """The ``nprof`` command: argument parsing, dispatch, and the boundary where errors become help text.
 
 Every ``NprofError`` is printed as one paragraph with its exit code; a traceback is only ever shown for a
-bug (and then with a request to report it).
+bug (and then with a request to report it). Nothing here imports the engine: each command does, once its
+arguments and its target were checked (``engine.py``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from profiler import __version__
-from profiler.binary.objfile import ObjectFileCache
 from profiler.cli import dump, record, report
 from profiler.errors import NprofError
-from profiler.runtime import Agent
+
+if TYPE_CHECKING:
+    from profiler.binary.objfile import ObjectFileCache
+    from profiler.runtime import Agent
 
 
 def default_agents(objects: ObjectFileCache) -> list[Agent]:
@@ -55,10 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from profiler.demo import build_demo
+    from profiler.cli.engine import load_engine
 
     record.check_duration(args.duration, "Try -d 3.")  # (the demo program's own argument, not record's -d)
-    binary = build_demo()
+    binary = load_engine("profiler.demo").build_demo()
     argv = ["record", "-o", args.output, "--", binary, str(args.duration)]
     return main(argv)
 

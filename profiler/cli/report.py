@@ -6,12 +6,10 @@ import argparse
 import sys
 
 from profiler.atomic import STDOUT, check_writable, output_label
+from profiler.cli.engine import load_engine
 from profiler.cli.frame_options import add_frame_arguments
-from profiler.cli.status import top_table
 from profiler.config import ExportConfig
 from profiler.errors import SessionFormatError
-from profiler.export.base import infer_format, write
-from profiler.profile.session import Session
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    load_engine("profiler.cli.status")  # (numpy first: ``engine.py``)
+    from profiler.cli.status import top_table
+    from profiler.export.base import infer_format, write
+    from profiler.profile.session import Session
+
     config = ExportConfig(idle=args.idle, threads=args.threads, gil_only=args.gil,
                           hide_interpreter=args.hide_interpreter, lines=args.lines)  # fmt: skip
     # -f without -o: the output goes to standard output (``nprof report s.nprof -f folded | flamegraph.pl``)

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 from profiler.target.alarm import SignalHandler
 
@@ -96,3 +98,25 @@ class SetupInterrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name} while starting; nothing was recorded")
         self.signal = signum
+
+
+@contextlib.contextmanager
+def sigint_noted() -> Iterator[list[int]]:
+    """While the body runs (an import of nprof's engine), SIGINT is only noted in the list yielded, to be
+    answered after it: a KeyboardInterrupt raised inside an import can end nprof by SIGINT after it chose
+    its exit code (``entry.py`` says how). Python's handler, or SIGINT ignored (a script's background job:
+    ``kill -INT`` still stops nprof), is put back after; a handler an embedding program set is left alone."""
+    noted: list[int] = []
+    before = signal.getsignal(signal.SIGINT)
+    held = before is signal.default_int_handler or before == signal.SIG_IGN
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        noted.append(signum)
+
+    if held:
+        signal.signal(signal.SIGINT, note)
+    try:
+        yield noted
+    finally:
+        if held:
+            signal.signal(signal.SIGINT, before)  # ignored again: the command nprof starts inherits that

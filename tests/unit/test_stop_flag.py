@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from profiler.cli.record import _why_it_ended
+from profiler.cli.recording import _why_it_ended
 from profiler.cli.stop import SetupInterrupted, StopFlag
 from profiler.sampling.sampler import EndReason
 

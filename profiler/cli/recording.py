@@ -151,7 +151,8 @@ def _sample(sampler: Sampler, stop: StopFlag) -> Exception | None:
             status.update(tick)
             if tick.time >= fed + FEED_INTERVAL:
                 fed = tick.time
-                prefetch.feed(sampler.session.frames.columns(), sampler.modules.objects)
+                if not prefetch.feed(sampler.session.frames.columns(), sampler.modules.objects):
+                    fed = math.inf
     except Exception as e:
         failure = e
     finally:

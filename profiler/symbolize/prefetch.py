@@ -57,10 +57,20 @@ class DwarfPrefetch:
         os.set_blocking(self._worker.stdin.fileno(), False)
         return True
 
-    def feed(self, columns: Mapping[str, npt.NDArray[Any]], objects: Mapping[int, ObjectFile]) -> None:
-        """Hand over the native frames of the frame table (``FrameTable.columns``) past those already fed."""
+    def feed(self, columns: Mapping[str, npt.NDArray[Any]], objects: Mapping[int, ObjectFile]) -> bool:
+        """Hand over the native frames of the frame table (``FrameTable.columns``) past those already fed.
+        False once there is no worker to feed: it could not start, or feeding it failed (it is a cache
+        filler: the recording goes on, and its end resolves what the worker did not)."""
         if self._worker is None or self._worker.stdin is None:
-            return
+            return False
+        try:
+            self._feed(columns, objects)
+        except (OSError, ValueError, TypeError):  # (orjson.JSONEncodeError is a TypeError)
+            self.close()
+            return False
+        return self._worker is not None
+
+    def _feed(self, columns: Mapping[str, npt.NDArray[Any]], objects: Mapping[int, ObjectFile]) -> None:
         start, self._fed = self._fed, len(columns["kind"])
         kinds, module_ids, addresses = (columns[name][start : self._fed].tolist()
                                         for name in ("kind", "module", "address"))  # fmt: skip
@@ -75,12 +85,15 @@ class DwarfPrefetch:
             obj = owners[key]
             if obj.elf.opened_path is None:
                 continue  # (the vdso: no DWARF)
-            line = orjson.dumps({"opened": obj.elf.opened_path, "path": obj.path, "root": obj.root,
-                                 "target_root": obj.target_root, "rels": rels})  # fmt: skip
-            self._send(line + b"\n")
+            # paths as the bytes of the file system's names, in hex: JSON has no room for a name that is not
+            # UTF-8 (``os.fsdecode`` gives it lone surrogates, which orjson refuses)
+            paths = {key: _hex(value) for key, value in (("opened", obj.elf.opened_path), ("path", obj.path),
+                                                         ("root", obj.root), ("target_root", obj.target_root))}
+            self._send(orjson.dumps({**paths, "rels": rels}) + b"\n")
 
     def _send(self, line: bytes) -> None:
-        assert self._worker is not None and self._worker.stdin is not None
+        if self._worker is None or self._worker.stdin is None:
+            return  # (closed by an earlier line of this batch)
         try:
             written = os.write(self._worker.stdin.fileno(), line)
         except OSError as e:
@@ -113,6 +126,14 @@ class DwarfPrefetch:
         return True
 
 
+def _hex(path: str | None) -> str | None:
+    return os.fsencode(path).hex() if path is not None else None
+
+
+def _unhex(text: str) -> str:
+    return os.fsdecode(bytes.fromhex(text))
+
+
 def _serve(lines: Sequence[bytes] | None = None) -> None:
     """The worker: resolve each batch read from standard input, until it closes."""
     from profiler.binary.elf import ElfFile
@@ -124,9 +145,10 @@ def _serve(lines: Sequence[bytes] | None = None) -> None:
     for line in lines if lines is not None else sys.stdin.buffer:
         try:
             batch = orjson.loads(line)
-            opened, path, root = str(batch["opened"]), str(batch["path"]), str(batch["root"])
-            target_root, rels = batch["target_root"], [int(r) for r in batch["rels"]]
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            opened, path, root = (_unhex(batch[key]) for key in ("opened", "path", "root"))
+            target_root = _unhex(batch["target_root"]) if batch["target_root"] is not None else None
+            rels = [int(r) for r in batch["rels"]]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             continue
         if opened not in resolvers:
             resolvers[opened] = None
@@ -134,7 +156,7 @@ def _serve(lines: Sequence[bytes] | None = None) -> None:
                 obj = ObjectFile(ElfFile(opened, display_path=path), root=root)
             except BinaryError:
                 continue
-            obj.target_root = str(target_root) if target_root is not None else None
+            obj.target_root = target_root
             resolvers[opened] = dwarf_resolver(obj)
         resolver = resolvers[opened]
         if resolver is not None:

@@ -54,3 +54,27 @@ def test_runtime_frames_and_unknown_modules_are_not_fed(chain_fp, tmp_path, monk
     assert prefetch.batches == 0
     assert prefetch.close(wait=60)
     assert dwarf_resolver(obj) is not None
+
+
+def test_a_file_whose_path_is_not_utf8_is_fed_too(chain_fp, tmp_path, monkeypatch):
+    """Paths travel as their bytes: JSON has no room for a name that is not UTF-8 (a recording of such a
+    program ended "stopped by an internal error" when orjson refused its path)."""
+    import os
+    import shutil
+
+    from tests.support.targets import NOT_UTF8_NAME
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    directory = tmp_path / NOT_UTF8_NAME
+    directory.mkdir()
+    copy = str(directory / "chain")
+    shutil.copy2(chain_fp, copy)
+    obj = ObjectFileCache(TableCache("cfi", enabled=False)).open(copy)
+    rels = [int(a) + 1 for a in load_symbols(ElfFile(copy)).addrs]
+    prefetch = DwarfPrefetch()
+    assert prefetch.start()
+    assert prefetch.feed(_columns(rels), {0: obj}) and prefetch.batches == 1
+    assert prefetch.close(wait=60)
+    resolver = DwarfResolver(obj.elf, obj.symbols, frame_cache=TableCache("frames", str(tmp_path / "nprof")))
+    resolver.resolve(rels)
+    assert resolver.units_loaded == 0 and os.path.exists(copy)

@@ -138,6 +138,8 @@ def python_roots(path: str) -> dict[str, set[str]]:
     python = [str(f.get("file", "")).endswith(".py") for f in frames]
     out: dict[str, set[str]] = defaultdict(set)
     for profile in doc["profiles"]:
+        if profile["name"].startswith("all threads"):
+            continue  # (the threads together: each thread's own profile follows)
         name = profile["name"].split(" (")[0]
         for sample in profile["samples"]:
             if any(python[i] for i in sample):

@@ -94,9 +94,10 @@ def test_the_viewer_opens_on_all_threads_together(viewer, threads_recorded):
     assert f"all threads ({len(threads)}) (1/{len(threads) + 1})" in result.body, result.body
 
 
-def test_viewer_check_catches_a_broken_profile(viewer, recorded, tmp_path):
-    """Negative control: a profile the viewer cannot load is reported as such."""
-    with open(recorded) as f:
+def test_viewer_check_catches_a_broken_profile(viewer, threads_recorded, tmp_path):
+    """Negative control: a profile the viewer cannot load is reported as such (once: it waits for the
+    viewer's timeout, 8 s)."""
+    with open(threads_recorded) as f:
         doc = json.load(f)
     doc["profiles"][0]["samples"][0] = [len(doc["shared"]["frames"]) + 5]
     broken = tmp_path / "broken.speedscope.json"

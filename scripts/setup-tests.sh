@@ -2,7 +2,7 @@
 # Install everything nprof's test suite needs, idempotently, from the project's own files:
 #   - Debian packages: Chromium (the real speedscope viewer), gdb (ground truth for native stacks),
 #     python3-dbg / python3.11-dbg (symbols of Debian's /usr/bin/python3), gcc/g++ (test targets);
-#   - nprof itself with its test extras (pytest, jsonschema, playwright's Python driver);
+#   - nprof itself with its test extras (pytest and pytest-xdist, jsonschema, playwright's Python driver);
 #   - npm's speedscope package (viewer + JSON schema), pinned, into .test-deps/;
 #   - a Debian sid root with CPython 3.14 and 3.13 and their debug packages (debootstrap, ~40-90 s and
 #     ~1 GB the first time), cached in $NPROF_TEST_CACHE (default ~/.cache/nprof-tests) for later runs.
@@ -32,7 +32,7 @@ else
     log "Debian packages present"
 fi
 
-if ! "$PYTHON" -c 'import profiler, pytest, jsonschema, playwright, elftools, capstone, ptrace, numpy, orjson, cxxfilt, mypy, ruff' 2>/dev/null \
+if ! "$PYTHON" -c 'import profiler, pytest, xdist, jsonschema, playwright, elftools, capstone, ptrace, numpy, orjson, cxxfilt, mypy, ruff' 2>/dev/null \
     || [ "$("$PYTHON" -m mypy --version 2>/dev/null | cut -d' ' -f2)" != "2.4.1" ] \
     || [ "$("$PYTHON" -m ruff --version 2>/dev/null | cut -d' ' -f2)" != "0.17.6" ] \
     || [ "$("$PYTHON" -c 'import profiler, os; print(os.path.dirname(os.path.dirname(profiler.__file__)))')" != "$PWD" ]; then

@@ -132,10 +132,11 @@ def test_window_too_small_stops_with_window_exhausted(chain_nofp, tmp_path):
     for (_t, sid, stop, _c), _n in session.samples.items():
         frames = [names[f] for f in session.stacks.frames(sid)]
         if frames[-1] == "spin" and "recurse" in frames:
-            # cut at the window: the innermost frames are still right, the root is missing
-            assert stop == StopReason.WINDOW_EXHAUSTED, (stop, frames[:3])
+            # cut at the window: the innermost frames are still right, the root is missing. (A tick at which
+            # the thread had not run since the last one, as under load, counts that sample again: REUSED.)
+            assert stop in (StopReason.WINDOW_EXHAUSTED, StopReason.REUSED), (stop, frames[:3])
             assert frames[0] == "recurse" and set(frames[:-1]) == {"recurse"}
-            deep += 1
+            deep += stop == StopReason.WINDOW_EXHAUSTED
     assert deep > 0
     [profile] = read_speedscope(large)
     assert any(s[0] == "_start" and s.count("recurse") == DEPTH for s in profile.stacks)

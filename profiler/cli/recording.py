@@ -144,14 +144,17 @@ def _sample(sampler: Sampler, stop: StopFlag) -> Exception | None:
     same."""
     status = StatusLine(sampler)
     failure: Exception | None = None
-    prefetch = DwarfPrefetch()  # the frames' DWARF read meanwhile, not after the end
-    fed = 0.0 if sampler.config.native and prefetch.start() else math.inf  # (ticks' times: since the start)
+    # the frames' DWARF read meanwhile, not after the end; the worker is started at the first feed, not
+    # before the first ticks (a launched command's first instructions are sampled then)
+    prefetch = DwarfPrefetch()
+    fed = 0.0 if sampler.config.native else math.inf  # (ticks' times: since the start)
     try:
         for tick in sampler.run(stop):
             status.update(tick)
             if tick.time >= fed + FEED_INTERVAL:
                 fed = tick.time
-                if not prefetch.feed(sampler.session.frames.columns(), sampler.modules.objects):
+                started = prefetch.running or prefetch.start()
+                if not started or not prefetch.feed(sampler.session.frames.columns(), sampler.modules.objects):
                     fed = math.inf
     except Exception as e:
         failure = e

@@ -6,7 +6,8 @@ most of the time between the end and the command's return: 0.6-1.1 s after 2 s o
 json (docs/decisions/start-up-latency.md). The sampler cannot do it between ticks (a unit takes up to
 80 ms to read, a tick's period is 10 ms), nor can a thread of nprof's: it would hold the GIL while the
 tracing thread holds a target's thread stopped. So ``DwarfPrefetch`` hands the addresses of new native
-frames, a batch every ``FEED_INTERVAL``, to ``python -m profiler.symbolize.prefetch``, which resolves
+frames, a batch every ``FEED_INTERVAL`` (the first at that time, when the worker is started: a fork at the
+start delayed a launched command's first samples), to ``python -m profiler.symbolize.prefetch``, which resolves
 them with the resolver the symbolizer builds (``symbolizer.dwarf_resolver``) and stores them.
 
 The worker runs under ``SCHED_IDLE``: it takes only CPU time no one else wants, so a target that keeps
@@ -43,6 +44,11 @@ class DwarfPrefetch:
         self._worker: subprocess.Popen[bytes] | None = None
         self._fed = 0  #: frames of the frame table already looked at
         self.batches = self.dropped = 0
+
+    @property
+    def running(self) -> bool:
+        """Started, and not closed since."""
+        return self._worker is not None
 
     def start(self) -> bool:
         """Start the worker; False (and nothing prefetched) if it cannot be started."""

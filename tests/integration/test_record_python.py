@@ -177,10 +177,10 @@ def test_a_thread_that_outlives_the_main_thread_keeps_its_python_frames(interp, 
     result = run_nprof("record", "-o", out, "--", interp.path, path, "1.5")
     assert result.returncode == 0, result.stderr
     profiles = read_speedscope(out)
-    working, total = 0.0, 0.0
-    for profile in profiles:
-        w, t = share(profile.detailed, lambda s: python_part(s, path)[:1] == ("worker_loop",))
-        working, total = working + w, total + t
+    # of the worker's own samples (the thread with the most of worker_loop), not of all threads', whose
+    # interpreter start-up grows under load (88% of all samples once, with the suite on both CPUs)
+    working, total = max(share(profile.detailed, lambda s: python_part(s, path)[:1] == ("worker_loop",))
+                         for profile in profiles)  # fmt: skip
     assert total > 0 and working / total >= 0.9, f"{working}/{total} samples show worker_loop"
     session = Session.load(str(tmp_path / "leaves.nprof"))  # (a few, while the main thread exits)
     assert session.counters.get("python_stacks_unreadable", 0) <= 0.1 * session.total_samples

@@ -35,7 +35,7 @@ fi
 if ! "$PYTHON" -c 'import profiler, pytest, xdist, jsonschema, playwright, elftools, capstone, ptrace, numpy, orjson, cxxfilt, mypy, ruff' 2>/dev/null \
     || [ "$("$PYTHON" -m mypy --version 2>/dev/null | cut -d' ' -f2)" != "2.4.1" ] \
     || [ "$("$PYTHON" -m ruff --version 2>/dev/null | cut -d' ' -f2)" != "0.17.6" ] \
-    || [ "$("$PYTHON" -c 'import profiler, os; print(os.path.dirname(os.path.dirname(profiler.__file__)))')" != "$PWD" ]; then
+    || [ "$("$PYTHON" -I -c 'import profiler, os; print(os.path.dirname(os.path.dirname(profiler.__file__)))' 2>/dev/null)" != "$PWD" ]; then
     log "installing nprof and its test extras into $("$PYTHON" -c 'import sys; print(sys.prefix)')"
     "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test]"
 else

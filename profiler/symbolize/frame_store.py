@@ -1,18 +1,17 @@
 """The frames DWARF gave for each address, kept on disk: a warm ``nprof dump`` reads no DWARF at all.
 
-Resolving an address first needs the file's debug sections (inflated when compressed), its unit index,
-and the DIEs and inline tree of the unit it falls in: ~0.2 s of a 0.5 s ``nprof dump`` of a CPython
-process, each time, though a Python program's native frames are mostly the same call sites of its
-interpreter from one dump to the next (docs/decisions/dwarf-frame-store.md).
+A Python program's native frames are mostly the same call sites of its interpreter from one run to the
+next, and resolving one first reads the file's debug sections, unit index and DIEs
+(docs/decisions/dwarf-frame-store.md).
 
 * Key: the file's ``cache_key`` (its build-id), with the sizes of its DWARF sections, its own size and
   mtime, and ``RESOLVER_VERSION``. A file changed after it was linked (strip, objcopy) keeps its build-id;
-  its sizes or mtime change. (A digest of the sections, as ``line_cache.py`` takes, costs 30-60 ms for
-  libpython's ``.debug_info`` alone: the price of the cold path, paid on the warm one.)
+  its sizes or mtime change (why not a digest of the sections, as ``line_cache.py`` takes: the decision).
 * Stored through ``TableCache("frames")`` (``binary/cache.py``: versioned, atomic, numbers only): per
   address its rows; per row what ``DwarfResolver`` fills in a ``FrameInfo``: its name, file and line,
   whether it is inlined, where its function is declared and its source root (strings as indexes into one
-  table of UTF-8 strings, decoded when an address is looked up, not at load).
+  table of UTF-8 strings, decoded when an address is looked up, not at load), packed by address
+  (``binary/packed.py``).
 * An entry whose arrays do not have the expected types or whose indexes do not fit is discarded whole.
 """
 
@@ -25,6 +24,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from profiler.binary import packed
 from profiler.binary.cache import Arrays, TableCache, cache_key
 from profiler.binary.elf import ElfFile
 from profiler.model import FrameInfo
@@ -76,40 +76,41 @@ class FrameStore:
         """The stored frames of ``svma``, or None if it was never stored."""
         if self._key is None:
             return None
-        if self._stored is None:
-            self._stored = self._load()
-        addresses = self._stored["addresses"]
-        at = int(np.searchsorted(addresses, np.uint64(svma)))
-        if at >= len(addresses) or int(addresses[at]) != svma:
+        stored = self._loaded()
+        found = packed.span(stored["addresses"], stored["address_ends"], svma)
+        if found is None:
             return None
-        ends = self._stored["address_ends"]
-        start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
-        return [_row(self._stored, row, self._string) for row in range(start, end)]
+        return [_row(stored, row, self._string) for row in range(*found)]
 
     def put(self, svma: int, frames: Frames) -> None:
         if self._key is not None:
             self._new[svma] = frames
 
     def save(self) -> None:
-        """Write the stored and the new addresses together, if there are new ones and room for them."""
+        """Write the stored and the new addresses together, if there are new ones and room for them. The
+        stored rows are merged as they are: only the string table is read back."""
         if self._key is None or not self._new:
             return
-        stored = self._stored if self._stored is not None else self._load()
+        stored = self._loaded()
         new, self._new = self._new, {}
         if len(stored["addresses"]) + len(new) > MAX_ADDRESSES:
             return  # what is stored stays; the rest is resolved again each time
-        arrays = _merged(stored, new, self._string)
+        arrays = _merged(stored, new, [self._string(i) for i in range(len(stored["string_ends"]))])
         assert self._cache is not None
         if self._cache.store(self._key, arrays):
             self._stored, self._strings = arrays, {}
 
+    def _loaded(self) -> Arrays:
+        if self._stored is None:
+            self._stored = self._load()
+        return self._stored
+
     def _string(self, index: int) -> str:
         text = self._strings.get(index)
         if text is None:
-            assert self._stored is not None
-            ends = self._stored["string_ends"]
+            ends = self._loaded()["string_ends"]
             start = int(ends[index - 1]) if index else 0
-            raw = self._stored["strings"][start : int(ends[index])].tobytes()
+            raw = self._loaded()["strings"][start : int(ends[index])].tobytes()
             text = self._strings[index] = raw.decode("utf-8", "surrogateescape")
         return text
 
@@ -128,40 +129,45 @@ def _empty() -> Arrays:
     return {name: np.zeros(0, dtype=dtype) for name, dtype in _ARRAYS}
 
 
-def _merged(stored: Arrays, new: dict[int, Frames], stored_string: Callable[[int], str]) -> Arrays:
-    """The stored addresses and the new ones, sorted, with one string table for both."""
-    frames: dict[int, Frames] = dict(new)
-    if len(stored["addresses"]):
-        ends = stored["address_ends"]
-        for at, svma in enumerate(stored["addresses"].tolist()):
-            start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
-            frames.setdefault(svma, [_row(stored, row, stored_string) for row in range(start, end)])
-    strings: dict[str, int] = {}
+def _merged(stored: Arrays, new: dict[int, Frames], strings: list[str]) -> Arrays:
+    """The stored addresses and the new ones (none of them stored), sorted; ``strings``: the stored string
+    table, which the new rows' strings join where they are not in it yet."""
+    index = {text: i for i, text in enumerate(strings)}
+    added: list[str] = []
 
-    def index(text: str) -> int:
-        return strings.setdefault(text, len(strings))
+    def at(text: str | None) -> int:
+        if text is None:
+            return -1
+        i = index.get(text)
+        if i is None:
+            i = index[text] = len(index)
+            added.append(text)
+        return i
 
-    order = sorted(frames)
-    rows = [f for svma in order for f in frames[svma]]
-
-    def indexes(texts: list[str | None]) -> npt.NDArray[np.int64]:
-        return np.array([index(t) if t is not None else -1 for t in texts], dtype=np.int64)
-
-    names = [index(f.name) for f in rows]
-    columns = {"files": indexes([f.file for f in rows]), "function_files": indexes([f.function_file for f in rows]),
-               "source_roots": indexes([f.source_root for f in rows])}  # fmt: skip
-    encoded = [text.encode("utf-8", "surrogateescape") for text in strings]
-    blob = b"".join(encoded)
-    return {
-        "addresses": np.array(order, dtype=np.uint64),
-        "address_ends": np.cumsum([len(frames[svma]) for svma in order], dtype=np.int64),
-        "names": np.array(names, dtype=np.int64),
-        **columns,
+    order = sorted(new)
+    rows = [f for svma in order for f in new[svma]]
+    columns: packed.Columns = {
+        "names": np.array([at(f.name) for f in rows], dtype=np.int64),
+        "files": np.array([at(f.file) for f in rows], dtype=np.int64),
         "lines": np.array([f.line or 0 for f in rows], dtype=np.int64),
         "inlined": np.array([f.inlined for f in rows], dtype=np.bool_),
+        "function_files": np.array([at(f.function_file) for f in rows], dtype=np.int64),
         "function_lines": np.array([f.function_line or 0 for f in rows], dtype=np.int64),
-        "strings": np.frombuffer(blob, dtype=np.uint8).copy(),
-        "string_ends": np.cumsum([len(e) for e in encoded], dtype=np.int64),
+        "source_roots": np.array([at(f.source_root) for f in rows], dtype=np.int64),
+    }
+    addresses, ends, merged = packed.merged(
+        stored["addresses"], stored["address_ends"], {name: stored[name] for name in columns},
+        np.array(order, dtype=np.uint64), np.cumsum([len(new[svma]) for svma in order], dtype=np.int64), columns,
+    )  # fmt: skip
+    encoded = [text.encode("utf-8", "surrogateescape") for text in added]
+    blob_size = len(stored["strings"])
+    return {
+        "addresses": addresses,
+        "address_ends": ends,
+        **merged,
+        "strings": np.concatenate((stored["strings"], np.frombuffer(b"".join(encoded), dtype=np.uint8))),
+        "string_ends": np.concatenate((stored["string_ends"],
+                                       blob_size + np.cumsum([len(e) for e in encoded], dtype=np.int64))),
     }
 
 
@@ -179,30 +185,22 @@ def _row(arrays: Arrays, row: int, string: Callable[[int], str]) -> FrameInfo:
 
 
 def _well_formed(arrays: Arrays) -> bool:
-    """Every array is one-dimensional and of its dtype; addresses sorted and unique; the row bounds rise to
-    the row count; every name and file index is in the string table; the string bounds fit the blob."""
+    """Every array is one-dimensional and of its dtype; the rows packed by address (``packed.well_formed``),
+    and so are the strings in their blob; every string index in the string table."""
     for name, dtype in _ARRAYS:
         column = arrays.get(name)
         if column is None or column.dtype != dtype or column.ndim != 1:
             return False
-    addresses = cast("npt.NDArray[np.uint64]", arrays["addresses"])
-    ends, string_ends, names = (cast("npt.NDArray[np.int64]", arrays[name])
-                                for name in ("address_ends", "string_ends", "names"))  # fmt: skip
+    string_ends, names = arrays["string_ends"], cast("npt.NDArray[np.int64]", arrays["names"])
     rows = len(names)
-    if len(addresses) != len(ends) or any(len(arrays[n]) != rows for n, _ in _ARRAYS[2:9]):
+    if any(len(arrays[n]) != rows for n, _ in _ARRAYS[2:9]):
         return False
-    if len(addresses) > 1 and not bool(np.all(addresses[1:] > addresses[:-1])):
+    if not packed.well_formed(arrays["addresses"], arrays["address_ends"], rows):
         return False
-    if not _rising_to(ends, rows) or not _rising_to(string_ends, len(arrays["strings"])):
+    strings = len(string_ends)
+    if not packed.well_formed(np.arange(strings), string_ends, len(arrays["strings"])):
         return False
-    count = len(string_ends)
-    if not bool(np.all((names >= 0) & (names < count))):
+    if not bool(np.all((names >= 0) & (names < strings))):
         return False
     others = (cast("npt.NDArray[np.int64]", arrays[n]) for n in _STRING_COLUMNS[1:])
-    return all(bool(np.all((column >= -1) & (column < count))) for column in others)
-
-
-def _rising_to(ends: npt.NDArray[np.int64], total: int) -> bool:
-    if not len(ends):
-        return total == 0
-    return bool(ends[0] >= 0 and not np.any(np.diff(ends) < 0) and int(ends[-1]) == total)
+    return all(bool(np.all((column >= -1) & (column < strings))) for column in others)

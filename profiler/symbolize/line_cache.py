@@ -22,6 +22,7 @@ import hashlib
 
 import numpy as np
 
+from profiler.binary import packed
 from profiler.binary.cache import Arrays, TableCache
 from profiler.symbolize.line_table import DECODER_VERSION, LineColumns
 
@@ -53,12 +54,10 @@ class LineTableStore:
             return None
         if self._stored is None:
             self._stored = self._load()
-        programs = self._stored["programs"]
-        at = int(np.searchsorted(programs, np.uint64(offset)))
-        if at >= len(programs) or int(programs[at]) != offset:
+        found = packed.span(self._stored["programs"], self._stored["program_ends"], offset)
+        if found is None:
             return self._new.get(offset)
-        ends = self._stored["program_ends"]
-        start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
+        start, end = found
         return LineColumns(*(self._stored[name][start:end] for name, _ in _COLUMNS))
 
     def put(self, offset: int, columns: LineColumns) -> None:
@@ -93,37 +92,25 @@ class LineTableStore:
 
 def _packed(stored: Arrays | None, new: dict[int, LineColumns]) -> Arrays:
     """The stored programs and the new ones in one set of columns, programs sorted by offset."""
-    programs: dict[int, LineColumns] = dict(new)
-    if stored is not None:
-        ends = stored["program_ends"]
-        for at, offset in enumerate(stored["programs"].tolist()):
-            start, end = (int(ends[at - 1]) if at else 0), int(ends[at])
-            programs[offset] = LineColumns(*(stored[name][start:end] for name, _ in _COLUMNS))
-    order = sorted(programs)
-    arrays: Arrays = {
-        "programs": np.array(order, dtype=np.uint64),
-        "program_ends": np.cumsum([len(programs[offset].addresses) for offset in order], dtype=np.int64),
-    }
-    for i, (name, dtype) in enumerate(_COLUMNS):
-        parts: list[np.ndarray] = [np.asarray(programs[offset][i], dtype=dtype) for offset in order]
-        arrays[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    return arrays
+    if stored is None:
+        stored = {name: np.zeros(0, dtype=dtype) for name, dtype in _COLUMNS + _INDEX}
+    offsets = sorted(new)
+    new_columns = {name: np.concatenate([np.asarray(new[o][i], dtype=dtype) for o in offsets]) if offsets
+                   else np.zeros(0, dtype=dtype) for i, (name, dtype) in enumerate(_COLUMNS)}  # fmt: skip
+    new_ends = np.cumsum([len(new[o].addresses) for o in offsets], dtype=np.int64)
+    programs, ends, columns = packed.merged(
+        stored["programs"], stored["program_ends"], {name: stored[name] for name, _ in _COLUMNS},
+        np.array(offsets, dtype=np.uint64), new_ends, new_columns,
+    )  # fmt: skip
+    return {"programs": programs, "program_ends": ends, **columns}
 
 
 def _well_formed(arrays: Arrays) -> bool:
     """Every column and index array is one-dimensional and of its dtype, the columns are of one length,
-    the programs are sorted and unique, and their row bounds rise to exactly that length."""
+    and the programs' rows are packed (``packed.well_formed``)."""
     for name, dtype in _COLUMNS + _INDEX:
         column = arrays.get(name)
         if column is None or column.dtype != dtype or column.ndim != 1:
             return False
     lengths = {len(arrays[name]) for name, _ in _COLUMNS}
-    programs, ends = arrays["programs"], arrays["program_ends"]
-    if len(lengths) != 1 or len(programs) != len(ends):
-        return False
-    if len(programs) > 1 and np.any(np.diff(programs.astype(np.int64)) <= 0):
-        return False
-    rows = lengths.pop()
-    if not len(ends):
-        return rows == 0
-    return bool(ends[0] >= 0 and not np.any(np.diff(ends) < 0) and int(ends[-1]) == rows)
+    return len(lengths) == 1 and packed.well_formed(arrays["programs"], arrays["program_ends"], lengths.pop())

@@ -10,8 +10,7 @@
 * Entries are flat files of numbers (``_encode``): a magic, a JSON header naming each array's dtype,
   shape and place, the arrays' bytes, and a CRC32 of all of it, so a flipped bit is caught on load.
   No dtype holding Python objects is accepted: a cache file can hold numbers only, never code. Loading
-  one is a read, a CRC and a view per array: ``np.load`` of the ``np.savez`` archives used before took
-  ~20 ms per 2 MB CFI table, a few of which every start loads (docs/decisions/start-up-latency.md).
+  one is a read, a CRC and a view per array (why not ``np.savez``: docs/decisions/start-up-latency.md).
   Anything unreadable, of another version, or rejected by the caller's validation is deleted and
   counted, and the caller rebuilds.
 * Not synced to disk: a torn entry after a crash fails its CRC and is rebuilt.
@@ -193,6 +192,6 @@ def _as_descr(descr: Any) -> Any:
         return descr
     fields = []
     for name, kind, *shape in descr:
-        fields.append((name, _as_descr(kind), *(tuple(shape[0]) if isinstance(shape[0], list) else shape[0]
-                                                for _ in shape[:1])))  # fmt: skip
+        shape = [tuple(s) if isinstance(s, list) else s for s in shape]
+        fields.append((name, _as_descr(kind), *shape))
     return fields

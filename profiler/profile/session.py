@@ -15,7 +15,7 @@ import time
 import zipfile
 import zlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -33,9 +33,8 @@ from profiler.profile.tables import FrameKey, FrameTable, StackTable
 #: grew it by ~2 MB/s, 39 MB in 20 s. A miss interns the frames again, 2 dict lookups each.
 MAX_CACHED_FRAMES = 1 << 17
 FORMAT_NAME = "nprof-session"
-#: 2: frames carry where their function is declared, their source tree's root and whether they are start-up
-#: code (``FrameInfo``: issue 44). An nprof reading only 1 refuses a 2 with the version, rather than failing
-#: on rows longer than its frames; a version 1 file loads with those fields unset.
+#: 2: frames carry where their function is declared, their source tree's root, whether they are start-up
+#: code and their runtime mechanism (``FrameInfo``); a version 1 file loads with those fields unset.
 FORMAT_VERSION = 2
 READS_VERSIONS = (1, 2)
 
@@ -237,12 +236,14 @@ def _info_row(f: FrameInfo) -> list[object]:
 _MECHANISMS = {m.value: m for m in Mechanism}
 
 
+#: ``FrameInfo``'s fields' defaults, in its order: those of the fields a shorter (older) row lacks
+_DEFAULTS = [f.default for f in fields(FrameInfo)]
+
+
 def _info(row: list[Any]) -> FrameInfo:
-    """A row of ``_info_row``."""
-    info = FrameInfo(*row[:6])
-    extra = dict(zip(("function_file", "function_line", "source_root", "startup"), row[6:10]))
-    mechanism = _MECHANISMS.get(row[10]) if len(row) > 10 else None
-    return replace(info, **extra, mechanism=mechanism) if extra or mechanism else info
+    """A row of ``_info_row``: ``FrameInfo``'s fields in its order, the mechanism (the last) by its value."""
+    values = [*row[:10], *_DEFAULTS[len(row) : 10], _MECHANISMS.get(row[10]) if len(row) > 10 else None]
+    return FrameInfo(*values)
 
 
 def _from_arrays(path: str, arrays: dict[str, np.ndarray]) -> Session:

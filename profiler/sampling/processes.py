@@ -254,10 +254,8 @@ class SampledProcesses:
                 self._remap(target)
             if not self.config.subprocesses:
                 continue
-            tids = [r.tid for r in seized.threads_of(pid)]
-            # (orphans are seized already, and followed below; nprof, a child of the shell it was given, is not
-            # to be traced by itself)
-            for child in children_of(pid, tids) - self.targets.keys() - self.tracer.orphans.keys() - {os.getpid()}:
+            # (orphans are seized already, and followed below)
+            for child in self._new_children(pid) - self.tracer.orphans.keys():
                 if not self._told(child) and not shares_memory(pid, child):  # (a vfork child: at the next look)
                     self._follow(child)
         self.follow_orphans()
@@ -282,12 +280,16 @@ class SampledProcesses:
         parents = sorted(self.targets)
         while parents:
             pid = parents.pop(0)
-            tids = [r.tid for r in self.tracer.seized.threads_of(pid)]
-            for child in sorted(children_of(pid, tids) - self.targets.keys() - {os.getpid()}):
+            for child in sorted(self._new_children(pid)):
                 if not shares_memory(pid, child) and self._follow(child, fresh=False):
                     found[child] = pid
                     parents.append(child)
         return found
+
+    def _new_children(self, pid: int) -> set[int]:
+        """The children of ``pid`` not followed yet, but nprof itself: a child of the shell it was given."""
+        tids = [r.tid for r in self.tracer.seized.threads_of(pid)]
+        return children_of(pid, tids) - self.targets.keys() - {os.getpid()}
 
     def _follow(self, child: int, orphan: bool = False, fresh: bool = True) -> bool:
         """Make a SampledProcess of ``child`` (``orphan``: seized already; ``fresh``: born since the last look,

@@ -112,10 +112,6 @@ class StackDisplays:
         """The display ids of the calls inlined at frame ``fid`` that are shown."""
         return self._calls[fid]
 
-    def defers_calls(self, fid: int) -> bool:
-        """Frame ``fid`` is an interpreter frame: followed by runtime frames, its inlined calls come after them."""
-        return self.interpreter[fid]
-
     def expand(self, fids: Sequence[int], whole: bool = True) -> list[int]:
         """The display ids of the stack of frame ids ``fids`` (outermost first), in the order shown; ``whole``:
         ``fids`` start at the stack's root (else no start-up code is hidden, which only the root says)."""

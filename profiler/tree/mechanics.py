@@ -90,7 +90,7 @@ class _FrameScan:
                 continue
             self.whole[fid], self.whole_release[fid] = _scan(shown, codes, release)
             calls = displays.calls_of(fid)
-            if calls and displays.defers_calls(fid):
+            if calls and displays.interpreter[fid]:  # (followed by runtime frames, they come after them)
                 self.deferring[fid] = True
                 self.calls[fid], self.calls_release[fid] = _scan(calls, codes, release)
 

@@ -178,9 +178,8 @@ class UnwoundStack:
 
 class Mechanism(enum.Enum):
     """A piece of a managed runtime's own machinery that a frame is part of, which the summary table names
-    as one line instead of leaving its time to the C functions it ends in (``tree/mechanics.py``): a web
-    app's top line was ``32.1% __GI___lll_lock_wake (libc.so.6)``, its threads handing the GIL over, with
-    nothing saying so. The value is the line's name; the agent that knows the runtime marks the frames."""
+    as one line instead of leaving its time to the C functions it ends in (``tree/mechanics.py``,
+    docs/decisions/summary-mechanics.md). The value is the line's name; the runtime's agent marks the frames."""
 
     GIL_HANDOFF = "GIL hand-off"  #: releasing the lock to another thread (CPython's drop_gil and its wake-ups)
     GIL_WAIT = "waiting for the GIL"  #: in the wait to take the lock (take_gil)

@@ -1,8 +1,8 @@
 """Whether the bytes right before an address are a call instruction ending there, decoded with capstone:
 what makes a word on a stack a plausible return address (a return address is where a call returns to).
 The stack scan (``unwind/scan.py``) asks it of the words it tries. Pure: bytes in, no file, no pid.
-capstone is imported at the first question, not with the module: most runs never scan a stack, and its
-import is a quarter of the command line's (docs/decisions/start-up-latency.md).
+capstone is imported at the first question, not with the module: most runs never scan a stack
+(docs/decisions/start-up-latency.md).
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def _code_labels(syms: np.ndarray, kind: np.ndarray, executable: np.ndarray | No
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique`` of a 1-D array, without it: numpy's set functions import ``numpy.ma`` at their first
-    call, 10-20 ms of every nprof start (the first symbol table of each run paid it)."""
+    call (docs/decisions/start-up-latency.md)."""
     ordered = np.sort(values)
     keep = np.ones(len(ordered), dtype=bool)
     keep[1:] = ordered[1:] != ordered[:-1]

@@ -1,8 +1,8 @@
 """speedscope's file format (https://www.speedscope.app/file-format-schema.json), written with orjson.
 
 One *sampled* profile per thread, all sharing one frame table, after a first profile of all threads together
-where there are several: speedscope opens the profile ``activeProfileIndex`` names, and a threaded server's
-busiest thread alone held 2.9% of its samples (issue 44; docs/decisions/speedscope-all-threads.md). A frame
+where there are several, which speedscope opens first (``activeProfileIndex``;
+docs/decisions/speedscope-all-threads.md). A frame
 of the table is a function, its file (whole) and the line it is declared at; with ``--lines``, a function
 and the line sampled, one frame per line (``tree/frame_identity.py``). Samples are aggregated: each
 distinct stack appears once per profile with its sample count as weight, so the file's size is bounded by

@@ -36,10 +36,8 @@ def rate_shortfall(
     and why: its ticks (``tick_seconds`` in all) took longer than the shortest jittered interval, half a
     period (many threads, deep stacks), or they did not and its thread waited for a CPU (``load``: the
     load average and the CPUs, said then). The profile's shares are still right, but its samples are fewer.
-
-    Counted from the ticks due, not from the samples or the recording's length: a target whose threads sleep
-    gives fewer samples at any rate, and an idle web app was told "sampled at 53 Hz, ... nprof could not
-    keep up with this target" (issue 44)."""
+    Counted from the ticks due, not from the samples: a target whose threads sleep gives fewer samples at
+    any rate (docs/decisions/true-notices.md)."""
     due = ticks + missed
     if ticks < RATE_NOTICE_MIN_TICKS or ticks >= RATE_NOTICE_SHARE * due:
         return None

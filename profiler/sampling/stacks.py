@@ -29,10 +29,9 @@ from profiler.unwind.sigframe import interrupted_registers
 from profiler.unwind.stack import StackWindow
 
 FrameKeys = tuple[tuple[int, int, int, int], ...]
-#: samples in a row of a thread in the runtime's eval loop without its frames that have it stopped again,
-#: rather than its stack counted again while it sleeps: a thread state missed in one stop is found by the walk
-#: of the thread lists made right after (``CPythonSession.settle``), or by the periodic one within a second
-#: (100 samples at 100 Hz); beyond that the thread may run the eval loop with no state nprof can find
+#: samples in a row of a thread in the runtime's eval loop without its frames that have it stopped again:
+#: the periodic walk of the thread lists finds a missed thread state within a second, 100 samples at 100 Hz
+#: (docs/decisions/snapshot-then-settle.md)
 RUNTIME_LOOKS = 100
 #: merges that put every frame where it ran: counted by no counter
 _EXACT = frozenset({MergeOutcome.EXACT, MergeOutcome.PLACED, MergeOutcome.NO_RUNTIME, MergeOutcome.REST,
@@ -105,8 +104,7 @@ class StackRecorder:
         """A sample whose native stack runs the runtime's eval loop but which has none of its frames (its
         thread state was not found in the stop, nor by the walk ``settle`` made at once) is not counted again
         for as long as the thread sleeps: its next idle check stops it again (``look_again``), up to
-        ``RUNTIME_LOOKS`` samples in a row. With --idle, one thread of 200 started at once lacked its Python
-        frames in all of its ~210 samples in 3 of 25 recordings on 3.9 (its first sample's stack, reused)."""
+        ``RUNTIME_LOOKS`` samples in a row."""
         if not missed:
             state.runtime_missed = 0
             return

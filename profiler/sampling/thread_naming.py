@@ -1,8 +1,7 @@
 """Thread names in the session, as the program set them: the runtime's own name for the thread where it has
 one (CPython: ``threading.Thread.name``), else the kernel's (``comm``). Which process a thread is in is said
 by the process's label or header, not by each thread's name: a thread's comm is its creator's unless it set
-its own, so it was the process's (``payer (python)``, issue 44), and it is added to the runtime's name only
-where the thread set it to something else (``label``).
+its own, so it is added to the runtime's name only where the thread set it to something else (``label``).
 
 A runtime forgets a thread as it exits (CPython drops it from ``threading._active``), so the runtime's name is
 asked for while the thread lives: every ``NAMING_INTERVAL``, for the threads sampled since, a few times each.

@@ -1,14 +1,11 @@
 """DWARF resolution while a recording runs, in a process of its own at idle priority, so that the end of
 the recording finds the frames on disk (``frame_store.py``) instead of reading DWARF then.
 
-The recording's frames are named at its end (DESIGN.md section 2, rule 2), and reading DWARF for them was
-most of the time between the end and the command's return: 0.6-1.1 s after 2 s of a Python program calling
-json (docs/decisions/start-up-latency.md). The sampler cannot do it between ticks (a unit takes up to
-80 ms to read, a tick's period is 10 ms), nor can a thread of nprof's: it would hold the GIL while the
-tracing thread holds a target's thread stopped. So ``DwarfPrefetch`` hands the addresses of new native
-frames, a batch every ``FEED_INTERVAL`` (the first at that time, when the worker is started: a fork at the
-start delayed a launched command's first samples), to ``python -m profiler.symbolize.prefetch``, which resolves
-them with the resolver the symbolizer builds (``symbolizer.dwarf_resolver``) and stores them.
+The recording's frames are named at its end (DESIGN.md section 2, rule 2). ``DwarfPrefetch`` hands the
+addresses of new native frames, a batch every ``FEED_INTERVAL`` (the worker started with the first, not
+before the first ticks), to ``python -m profiler.symbolize.prefetch``, which resolves them with the
+resolver the symbolizer builds (``symbolizer.dwarf_resolver``) and stores them. A process, not the
+sampler's thread nor another of nprof's: why, and what it saves, in docs/decisions/start-up-latency.md.
 
 The worker runs under ``SCHED_IDLE``: it takes only CPU time no one else wants, so a target that keeps
 every CPU busy is not slowed, and then the end of the recording resolves what the worker did not. It is

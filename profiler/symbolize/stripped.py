@@ -3,9 +3,8 @@ on its stack, not only as its leaf: a thread's entry in a stripped library is on
 for all such modules (stripped of their symbol tables, with no debug file found), how much of the profile,
 the modules most of it went through, and what a user can do for each kind of file. Such frames show as
 ``module+0xOFFSET``; a top table led by ``libz.so.1.2.13+0x5d80`` is of little use until the reader knows
-that a package installs the names. One line, because a pandas job got nine paragraphs of ~450 characters,
-one per stripped Cython module of its wheels, each advising a build that keeps its symbol table, which a
-pip user cannot act on (issue 44).
+that a package installs the names. One line for all of them, with advice per kind of file
+(docs/decisions/true-notices.md).
 
 The kinds of file, and what names their functions:
 

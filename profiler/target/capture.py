@@ -37,8 +37,8 @@ class SeizedThread:
     home_hi: int = 0
     gone: bool = False
     #: the signal nprof last resumed this thread with (0: none): a stop may be at that signal's handler's
-    #: first instruction (``unwind/sigframe.py``). Kept after a copy: a thread resumed and stopped again
-    #: before the scheduler ran it is still there (under load: 7-39 such samples in 2 s at 500 Hz)
+    #: first instruction (``unwind/sigframe.py``); kept after a copy, as a thread resumed and stopped again
+    #: before the scheduler ran it is still there (docs/decisions/true-notices.md)
     signal_passed: int = 0
     #: bytes of stack its copies take, from rsp up (0: the tracer's first window); grown by ``widen``
     stack_window: int = 0

@@ -18,19 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from profiler.symbolize.dwarf_constants import (
-    DW_AT_abstract_origin,
-    DW_AT_decl_file,
-    DW_AT_decl_line,
-    DW_AT_specification,
-)  # fmt: skip
-from profiler.symbolize.dwarf_dies import Die
-from profiler.symbolize.function_names import MAX_HOPS
+from profiler.symbolize.dwarf_constants import DW_AT_decl_file, DW_AT_decl_line
+from profiler.symbolize.dwarf_dies import Die, UnitDies
+from profiler.symbolize.function_names import origin_chain
 from profiler.symbolize.unit_symbols import UnitSymbols
 
 #: (file, line) of a declaration; either None where DWARF does not say
 Declaration = tuple[str | None, int | None]
-_REFERENCES = (DW_AT_abstract_origin, DW_AT_specification)
 
 
 class Declarations:
@@ -49,21 +43,15 @@ class Declarations:
         return found
 
     def _follow(self, unit: UnitSymbols, die: Die) -> Declaration:
-        current_unit, current = unit, die
-        for _ in range(MAX_HOPS):
-            dies = current_unit.dies
+        def dies_of(offset: int) -> UnitDies | None:
+            holder = self._unit_of(offset)
+            return holder.dies if holder is not None else None
+
+        for dies, current in origin_chain(unit.dies, die, dies_of):
             index = dies.integer(current, DW_AT_decl_file)
             if index is not None:
-                lines = current_unit.lines
+                holder = unit if dies is unit.dies else self._unit_of(current.offset)
+                lines = holder.lines if holder is not None else None
                 line = dies.integer(current, DW_AT_decl_line)
                 return (lines.file_name(index) or None if lines is not None else None), (line or None)
-            target = next((t for a in _REFERENCES if (t := dies.reference(current, a)) is not None), None)
-            if target is None:
-                break
-            if not dies.start <= target < dies.end:
-                other = self._unit_of(target)
-                if other is None:
-                    break
-                current_unit = other
-            current = current_unit.dies.die_at(target)
         return None, None

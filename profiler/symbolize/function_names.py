@@ -19,7 +19,7 @@ function, and ``sort<...>`` lost its ``std::``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from profiler.symbolize.demangle import demangle
 from profiler.symbolize.dwarf_constants import (
@@ -47,6 +47,29 @@ _REFERENCE_ATTRIBUTES = (DW_AT_abstract_origin, DW_AT_specification)
 _TYPES = frozenset((DW_TAG_class_type, DW_TAG_structure_type, DW_TAG_union_type, DW_TAG_interface_type))
 
 
+def origin_chain(
+    unit: UnitDies, die: Die, unit_of: Callable[[int], UnitDies | None]
+) -> Iterator[tuple[UnitDies, Die]]:
+    """``die``, then the DIEs its DW_AT_abstract_origin or DW_AT_specification leads to, each with its unit
+    (``unit_of``: the unit holding a .debug_info offset, for a reference into another), ``MAX_HOPS`` at most:
+    where a function's name and declaration are to be found (DWARF 5, sections 2.13.2 and 3.3.8)."""
+    current_unit, current = unit, die
+    for hop in range(MAX_HOPS):
+        yield current_unit, current
+        if hop == MAX_HOPS - 1:
+            return
+        target = next((t for a in _REFERENCE_ATTRIBUTES if (t := current_unit.reference(current, a)) is not None),
+                      None)  # fmt: skip
+        if target is None:
+            return
+        if not current_unit.start <= target < current_unit.end:
+            other = unit_of(target)
+            if other is None:
+                return
+            current_unit = other
+        current = current_unit.die_at(target)
+
+
 class FunctionNames:
     """Names of subprogram and inlined-subroutine DIEs, cached by DIE offset.
 
@@ -67,22 +90,11 @@ class FunctionNames:
         plain: str | None = None
         linkage: str | None = None
         current_unit, current = unit, die
-        for _ in range(MAX_HOPS):
+        for current_unit, current in origin_chain(unit, die, self._unit_of):
             linkage = next(filter(None, (current_unit.text(current, a) for a in _LINKAGE_ATTRIBUTES)), None)
             if linkage:
                 break
             plain = plain or current_unit.text(current, DW_AT_name)
-            target = next(
-                (t for a in _REFERENCE_ATTRIBUTES if (t := current_unit.reference(current, a)) is not None), None
-            )
-            if target is None:
-                break
-            if not current_unit.start <= target < current_unit.end:
-                other = self._unit_of(target)
-                if other is None:
-                    break
-                current_unit = other
-            current = current_unit.die_at(target)
         if linkage:
             found: tuple[str | None, bool] = (demangle(linkage), True)
         elif plain and self._is_cplusplus(current_unit):

@@ -139,8 +139,7 @@ class StackDisplays:
     def _expand_hiding(self, fids: Sequence[int], hidden: int) -> list[int]:
         """``expand`` of a stack whose first ``hidden`` frames are outward of its first runtime frame, where the
         start-up frames show only the calls they defer to the runtime frames. ``expand``'s loop with one more
-        test per frame, kept apart: ``expand`` runs for every stack of every output (the same tests check
-        both, on random sessions: tests/unit/test_top_table.py)."""
+        test per frame, kept apart (docs/decisions/readable-frames.md)."""
         runtime, own, calls, interpreter = self._runtime, self._own, self._calls, self.interpreter
         startup = self.startup
         out: list[int] = []

@@ -3,6 +3,8 @@ the frames of the addresses it is fed, so the symbolizer at the end reads no DWA
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from profiler.binary.cache import TableCache
@@ -40,8 +42,10 @@ def test_the_worker_stores_what_it_is_fed_and_the_end_reads_no_dwarf(chain_fp, t
 def test_the_worker_skips_what_it_cannot_read(tmp_path, monkeypatch):
     """A bad line or a file gone: skipped, the rest served."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    _serve([b"not json\n", b'{"opened": "/nonexistent", "path": "/x", "root": "/", "target_root": null, "rels": [1]}\n',
-            b'{"opened": 3}\n'])  # fmt: skip
+    gone = {"opened": b"/nonexistent".hex(), "path": b"/x".hex(), "root": b"/".hex(), "target_root": None,
+            "rels": [1]}  # (paths travel as the hex of their bytes)
+    _serve([b"not json\n", json.dumps(gone).encode() + b"\n", b'{"opened": 3}\n'])
+    assert not (tmp_path / "nprof").exists(), "nothing was stored"
 
 
 def test_runtime_frames_and_unknown_modules_are_not_fed(chain_fp, tmp_path, monkeypatch):

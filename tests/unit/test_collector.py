@@ -50,14 +50,20 @@ def test_young_cyclic_garbage_is_collected_before_a_freeze_not_kept():
     freezer.stop()
 
 
-def test_a_process_that_froze_objects_itself_is_left_alone():
+def test_a_process_that_froze_objects_itself_is_left_alone(monkeypatch):
+    """Neither frozen more nor unfrozen. (Its frozen objects may still be freed meanwhile by another thread of
+    the process, as pytest-xdist's worker has: the count only says that none was added, nor all handed back.)"""
     gc.freeze()
     theirs = gc.get_freeze_count()
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(gc, "unfreeze", lambda: calls.append("unfreeze"))
     freezer = SurvivorFreezer()
     freezer.start(0.0)
     freezer.tick(FREEZE_INTERVAL)
     freezer.stop()
-    assert gc.get_freeze_count() == theirs
+    assert calls == []
+    assert 0 < gc.get_freeze_count() <= theirs
 
 
 def test_nothing_is_done_with_the_collector_disabled():
